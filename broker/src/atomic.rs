@@ -1,0 +1,127 @@
+//! The two primitives every write in sigbox is made of: the atomic write and the claim.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::{Io, Renamed};
+
+/// What [`write_atomic`] does when the destination exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Clobber {
+    /// Never replace: the write fails with `DestExists` and the destination is untouched.
+    No,
+    /// Replace (for files the writer owns, such as Goblin and mux signal files).
+    Yes,
+}
+
+/// The outcome of [`write_atomic`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Placed {
+    /// The file is at its destination (durably, in durable mode).
+    Done,
+    /// With [`Clobber::No`]: the destination existed; nothing changed there. The staged file
+    /// has been removed again.
+    Exists,
+}
+
+/// Writes `data` to `dest` so that no reader ever sees a partial file.
+///
+/// Steps, in order: create `stage_dir/<stage_name>` exclusively; write; fsync the file;
+/// rename it to `dest` (without replacing, unless `clobber`); fsync `dest`'s directory.
+///
+/// **Durability:** in durable mode, once this returns `Ok(Placed::Done)` the file's content and
+/// its name survive a crash or power loss. A failed fsync poisons the handle. On failure the
+/// staged file is removed when possible; a crash can leave it in `stage_dir`, where `gc` (or the
+/// dialect's own cleanup) removes it.
+pub(crate) fn write_atomic(
+    io: &Io,
+    stage: &Path,
+    dest: &Path,
+    data: &[u8],
+    clobber: Clobber,
+) -> Result<Placed> {
+    let dest_dir = parent(dest)?;
+    io.write_new(stage, data).inspect_err(|_| {
+        let _ = io.remove(stage);
+    })?;
+    match clobber {
+        Clobber::No => match io.rename_noreplace(stage, dest) {
+            Ok(Renamed::Done) => {}
+            Ok(Renamed::DestExists) => {
+                io.remove(stage)?;
+                return Ok(Placed::Exists);
+            }
+            Ok(Renamed::SourceGone) => {
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    Some(stage),
+                    "staged file vanished before it was renamed into place (is another process \
+                     cleaning the staging directory?)",
+                ));
+            }
+            Err(e) => {
+                let _ = io.remove(stage);
+                return Err(e);
+            }
+        },
+        Clobber::Yes => io.rename_replace(stage, dest).inspect_err(|_| {
+            let _ = io.remove(stage);
+        })?,
+    }
+    io.sync_dir(dest_dir)?;
+    Ok(Placed::Done)
+}
+
+/// The outcome of [`claim`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    /// This caller moved the file; it is now at `dest`.
+    Won,
+    /// The source had already gone: another consumer won the race. Not an error.
+    Lost,
+    /// The destination exists; nothing moved.
+    DestExists,
+}
+
+/// Moves `src` to `dest` without replacing anything: the claim. Exactly one of any number of
+/// concurrent claimers of the same `src` wins.
+///
+/// `between` runs after the rename and before the fsyncs (it may write beside `dest`); then the
+/// destination directory is fsynced, then the source directory. Destination first: a crash
+/// between the two leaves the file in both directories (handled as an interrupted claim),
+/// never in neither.
+///
+/// **Durability:** in durable mode, once this returns `Ok(Claimed::Won)` the move survives a
+/// crash: the file is never found in `src`'s directory again.
+pub(crate) fn claim<T>(
+    io: &Io,
+    src: &Path,
+    dest: &Path,
+    between: impl FnOnce() -> Result<T>,
+) -> Result<(Claimed, Option<T>)> {
+    match io.rename_noreplace(src, dest)? {
+        Renamed::SourceGone => return Ok((Claimed::Lost, None)),
+        Renamed::DestExists => return Ok((Claimed::DestExists, None)),
+        Renamed::Done => {}
+    }
+    let t = between()?;
+    io.sync_dir(parent(dest)?)?;
+    io.sync_dir(parent(src)?)?;
+    Ok((Claimed::Won, Some(t)))
+}
+
+fn parent(p: &Path) -> Result<&Path> {
+    p.parent().ok_or_else(|| {
+        Error::new(
+            ErrorKind::InvalidName,
+            Some(p),
+            "path has no parent directory",
+        )
+    })
+}
+
+/// A staging name unique to this process and call.
+pub(crate) fn stage_name(dir: &Path, hint: &str) -> PathBuf {
+    let u = uuid::Uuid::now_v7().simple().to_string();
+    dir.join(format!("{}.{}.{}.tmp", std::process::id(), &u[16..], hint))
+}

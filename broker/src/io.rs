@@ -1,0 +1,339 @@
+//! The filesystem seam: every filesystem effect of the broker goes through [`Io`].
+//!
+//! Reads go straight to the operating system. Effects (creating directories and files, writing,
+//! fsync, rename, unlink) call an optional [`FsHook`] first, so that tests can record them, inject
+//! faults, or freeze the filesystem at the n-th step to simulate a crash. Nothing else in the
+//! crate touches the filesystem for writing.
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys;
+
+/// Whether writes wait for the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync every file before it is renamed into place and every directory after an entry in
+    /// it changes. The default, and what the durability contract in `spec/` describes.
+    #[default]
+    Durable,
+    /// No fsync at all. Only for tests and tmpfs: a crash or power loss can lose or undo any
+    /// recent operation.
+    RelaxedNoFsync,
+}
+
+/// One filesystem effect, shown to an [`FsHook`] before it happens.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FsOp<'a> {
+    /// `mkdir(path)`.
+    CreateDir(&'a Path),
+    /// `open(path, O_CREAT | O_EXCL | O_WRONLY)`.
+    CreateFile(&'a Path),
+    /// Appends `data` to the file created at `path`.
+    Write(&'a Path, &'a [u8]),
+    /// `fsync` of the file at `path`.
+    SyncFile(&'a Path),
+    /// `rename(from, to)`; with `noreplace`, fails if `to` exists.
+    Rename {
+        /// Source path.
+        from: &'a Path,
+        /// Destination path.
+        to: &'a Path,
+        /// True when the rename must not replace an existing destination.
+        noreplace: bool,
+    },
+    /// `fsync` of the directory at `path`.
+    SyncDir(&'a Path),
+    /// `unlink(path)`.
+    Remove(&'a Path),
+}
+
+/// Observes (and may fail) each filesystem effect; for fault-injection and crash tests.
+pub trait FsHook: Send + Sync {
+    /// Called before `op`. Returning an error makes the operation fail with that error without
+    /// touching the filesystem.
+    fn before(&self, op: &FsOp<'_>) -> io::Result<()>;
+    /// Called after `op` ran, with whether it succeeded.
+    fn after(&self, op: &FsOp<'_>, ok: bool) {
+        let _ = (op, ok);
+    }
+}
+
+/// What a no-clobber rename did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Renamed {
+    /// The entry moved.
+    Done,
+    /// The source no longer exists: somebody else moved it first.
+    SourceGone,
+    /// The destination already exists; nothing moved.
+    DestExists,
+}
+
+/// Outcome of reading a file from the drop zone with all the checks applied.
+#[derive(Debug)]
+pub(crate) enum Read_ {
+    Bytes(Vec<u8>, sys::Stamp),
+    Gone,
+    TooLarge(u64),
+    NotRegular(&'static str),
+    HardLinked(u64),
+}
+
+/// A directory entry as listed, without a `stat` when the platform gives the type.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) name: OsString,
+    pub(crate) kind: EntryKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    Special,
+}
+
+/// The seam. One per mailbox handle; it carries the durability mode, the hook and the poison flag.
+pub(crate) struct Io {
+    durability: Durability,
+    hook: Option<Arc<dyn FsHook>>,
+    poisoned: AtomicBool,
+}
+
+impl Io {
+    pub(crate) fn new(durability: Durability, hook: Option<Arc<dyn FsHook>>) -> Io {
+        Io {
+            durability,
+            hook,
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    fn effect<T>(&self, op: FsOp<'_>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        if let Some(hook) = &self.hook {
+            hook.before(&op)?;
+            let r = f();
+            hook.after(&op, r.is_ok());
+            r
+        } else {
+            f()
+        }
+    }
+
+    fn check_poison(&self, path: &Path) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::new(
+                ErrorKind::Poisoned,
+                Some(path),
+                "refusing to write: an earlier fsync failed on this handle, so what is on disk \
+                 is unknown; open a new handle after checking the filesystem",
+            ));
+        }
+        Ok(())
+    }
+
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    /// True after a failed fsync.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// `mkdir`; `Ok(false)` when the directory already exists.
+    pub(crate) fn create_dir(&self, path: &Path) -> Result<bool> {
+        self.check_poison(path)?;
+        match self.effect(FsOp::CreateDir(path), || fs::create_dir(path)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(false),
+            Err(e) => Err(Error::io(path, "cannot create directory", e)),
+        }
+    }
+
+    /// Creates `path` exclusively, writes `data`, and (when durable) fsyncs it.
+    ///
+    /// A failed fsync poisons the handle.
+    pub(crate) fn write_new(&self, path: &Path, data: &[u8]) -> Result<()> {
+        self.check_poison(path)?;
+        let mut file = self
+            .effect(FsOp::CreateFile(path), || {
+                OpenOptions::new().write(true).create_new(true).open(path)
+            })
+            .map_err(|e| Error::io(path, "cannot create file", e))?;
+        self.effect(FsOp::Write(path, data), || file.write_all(data))
+            .map_err(|e| Error::io(path, "cannot write", e))?;
+        self.sync_file(&file, path)
+    }
+
+    fn sync_file(&self, file: &File, path: &Path) -> Result<()> {
+        if self.durability == Durability::RelaxedNoFsync {
+            return Ok(());
+        }
+        self.effect(FsOp::SyncFile(path), || file.sync_all())
+            .map_err(|e| {
+                self.poison();
+                Error::io(path, "fsync failed; this handle now refuses writes", e)
+            })
+    }
+
+    /// fsyncs a directory so that entries created, renamed or removed in it survive a crash.
+    ///
+    /// A failed fsync poisons the handle.
+    pub(crate) fn sync_dir(&self, path: &Path) -> Result<()> {
+        self.check_poison(path)?;
+        if self.durability == Durability::RelaxedNoFsync {
+            return Ok(());
+        }
+        self.effect(FsOp::SyncDir(path), || sys::open_dir(path)?.sync_all())
+            .map_err(|e| {
+                self.poison();
+                Error::io(
+                    path,
+                    "directory fsync failed; this handle now refuses writes",
+                    e,
+                )
+            })
+    }
+
+    /// Renames without replacing the destination.
+    pub(crate) fn rename_noreplace(&self, from: &Path, to: &Path) -> Result<Renamed> {
+        self.check_poison(from)?;
+        let op = FsOp::Rename {
+            from,
+            to,
+            noreplace: true,
+        };
+        match self.effect(op, || sys::rename_noreplace(from, to)) {
+            Ok(()) => Ok(Renamed::Done),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !parent_missing(from, to) => {
+                Ok(Renamed::SourceGone)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Renamed::DestExists),
+            Err(e) => Err(Error::io(
+                from,
+                &format!("cannot rename to {}", to.display()),
+                e,
+            )),
+        }
+    }
+
+    /// Renames, replacing the destination; only for files this handle owns.
+    pub(crate) fn rename_replace(&self, from: &Path, to: &Path) -> Result<()> {
+        self.check_poison(from)?;
+        let op = FsOp::Rename {
+            from,
+            to,
+            noreplace: false,
+        };
+        self.effect(op, || fs::rename(from, to))
+            .map_err(|e| Error::io(from, &format!("cannot rename to {}", to.display()), e))
+    }
+
+    /// `unlink`; `Ok(false)` when the file is already gone.
+    pub(crate) fn remove(&self, path: &Path) -> Result<bool> {
+        self.check_poison(path)?;
+        match self.effect(FsOp::Remove(path), || fs::remove_file(path)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io(path, "cannot remove", e)),
+        }
+    }
+
+    /// Lists a directory. A missing directory lists as empty when `missing_ok`.
+    pub(crate) fn list(&self, dir: &Path, missing_ok: bool) -> Result<Vec<Entry>> {
+        let rd = match fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) if missing_ok && e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(dir, "cannot list directory", e)),
+        };
+        let mut out = Vec::new();
+        for entry in rd {
+            let entry = entry.map_err(|e| Error::io(dir, "cannot list directory", e))?;
+            let kind = match entry.file_type() {
+                Ok(ft) if ft.is_symlink() => EntryKind::Symlink,
+                Ok(ft) if ft.is_dir() => EntryKind::Dir,
+                Ok(ft) if ft.is_file() => EntryKind::File,
+                Ok(ft) if sys::is_special(&ft) => EntryKind::Special,
+                Ok(_) => EntryKind::Special,
+                // Vanished between readdir and stat: let the caller see it gone later.
+                Err(_) => EntryKind::File,
+            };
+            out.push(Entry {
+                name: entry.file_name(),
+                kind,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads a file from a directory that strangers write to: never follows a symlink, never
+    /// blocks on a FIFO, refuses anything but a regular file with one link, and reads at most
+    /// `cap` bytes.
+    pub(crate) fn read_untrusted(&self, path: &Path, cap: u64) -> Result<Read_> {
+        let mut file = match sys::open_nofollow(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Read_::Gone),
+            Err(e) if is_symlink_error(&e) => return Ok(Read_::NotRegular("a symlink")),
+            Err(e) => return Err(Error::io(path, "cannot open", e)),
+        };
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(path, "cannot stat", e))?;
+        let ft = meta.file_type();
+        if !ft.is_file() {
+            return Ok(Read_::NotRegular(if ft.is_dir() {
+                "a directory"
+            } else {
+                "a FIFO, socket or device"
+            }));
+        }
+        let stamp = sys::stamp(&meta);
+        if stamp.nlink > 1 {
+            return Ok(Read_::HardLinked(stamp.nlink));
+        }
+        if stamp.size > cap {
+            return Ok(Read_::TooLarge(stamp.size));
+        }
+        // The file may grow while we read: never read past the cap.
+        let mut buf = Vec::with_capacity(stamp.size as usize);
+        (&mut file)
+            .take(cap + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::io(path, "cannot read", e))?;
+        if buf.len() as u64 > cap {
+            return Ok(Read_::TooLarge(buf.len() as u64));
+        }
+        Ok(Read_::Bytes(buf, stamp))
+    }
+
+    /// `lstat`, as a [`sys::Stamp`]; `None` when the file is gone.
+    pub(crate) fn stamp(&self, path: &Path) -> Result<Option<sys::Stamp>> {
+        match fs::symlink_metadata(path) {
+            Ok(m) => Ok(Some(sys::stamp(&m))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(path, "cannot stat", e)),
+        }
+    }
+}
+
+/// `rename` reports `ENOENT` both for a vanished source and a missing destination directory;
+/// only the first is a lost race.
+fn parent_missing(from: &Path, to: &Path) -> bool {
+    let missing = |p: &Path| p.parent().is_some_and(|d| !d.is_dir());
+    missing(from) || missing(to)
+}
+
+fn is_symlink_error(e: &io::Error) -> bool {
+    // O_NOFOLLOW on a symlink gives ELOOP on Linux and the BSDs (EMLINK on some).
+    matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::LOOP.raw_os_error()
+        || code == rustix::io::Errno::MLINK.raw_os_error())
+}

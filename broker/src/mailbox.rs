@@ -1,0 +1,1430 @@
+//! The Ralph mailbox: send, FIFO listing, and the checkpoint pass that routes every signal.
+//!
+//! See `spec/mailbox.md` for the protocol this implements, including the order of syscalls.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Value, json};
+
+use crate::atomic::{self, Claimed, Clobber, Placed};
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::{Durability, EntryKind, FsHook, Io, Read_};
+use crate::name::{self, Format, NameKind};
+use crate::signal::{self, Body, NewSignal, Signal, SignalType, Target};
+use crate::sys::Stamp;
+
+/// The directories of a mailbox root, in the order `init` creates them.
+pub const LAYOUT: [&str; 7] = [
+    "inputs",
+    "processed",
+    "acks",
+    "buffered",
+    "rejected",
+    "tmp",
+    "agents",
+];
+
+/// The default broadcast quorum (the Librarian is episodic and not part of it).
+pub const DEFAULT_QUORUM: [&str; 5] = [
+    "Orchestrator",
+    "Executor",
+    "Planner",
+    "Questioner",
+    "Reviewer",
+];
+
+/// Fields sigbox adds to archived files; they are not part of the signal.
+const HANDLING_KEYS: [&str; 3] = ["handling_metadata", "delivery_status", "unacked_agents"];
+
+/// Settings of a mailbox handle. Every setter names its default.
+#[derive(Clone)]
+pub struct MailboxOptions {
+    settle: Duration,
+    max_file_size: u64,
+    quorum: Vec<String>,
+    approval_states: Vec<String>,
+    orchestrator: String,
+    durability: Durability,
+    hook: Option<Arc<dyn FsHook>>,
+}
+
+impl Default for MailboxOptions {
+    fn default() -> Self {
+        MailboxOptions {
+            settle: Duration::from_secs(2),
+            max_file_size: 1024 * 1024,
+            quorum: DEFAULT_QUORUM.iter().map(|s| s.to_string()).collect(),
+            approval_states: vec!["KNOWLEDGE_APPROVAL".to_string()],
+            orchestrator: "Orchestrator".to_string(),
+            durability: Durability::Durable,
+            hook: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for MailboxOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MailboxOptions")
+            .field("settle", &self.settle)
+            .field("max_file_size", &self.max_file_size)
+            .field("quorum", &self.quorum)
+            .field("approval_states", &self.approval_states)
+            .field("orchestrator", &self.orchestrator)
+            .field("durability", &self.durability)
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
+}
+
+impl MailboxOptions {
+    /// Default options.
+    pub fn new() -> MailboxOptions {
+        MailboxOptions::default()
+    }
+
+    /// How long a dropped (non-canonical) file must stay unchanged before it is read: a file
+    /// still being written is never delivered half-way, and one that does not parse is
+    /// quarantined only after this window. Default: 2 s.
+    pub fn settle(&mut self, d: Duration) -> &mut Self {
+        self.settle = d;
+        self
+    }
+
+    /// Files larger than this are quarantined unread. Default: 1 MiB.
+    pub fn max_file_size(&mut self, bytes: u64) -> &mut Self {
+        self.max_file_size = bytes;
+        self
+    }
+
+    /// The agents whose acks archive a broadcast. Default: Orchestrator, Executor, Planner,
+    /// Questioner, Reviewer.
+    pub fn quorum<I: IntoIterator<Item = S>, S: Into<String>>(&mut self, agents: I) -> &mut Self {
+        self.quorum = agents.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The orchestrator states in which APPROVE and SKIP are delivered. Default:
+    /// `KNOWLEDGE_APPROVAL`.
+    pub fn approval_states<I: IntoIterator<Item = S>, S: Into<String>>(
+        &mut self,
+        states: I,
+    ) -> &mut Self {
+        self.approval_states = states.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The orchestrator's agent name. Default: `Orchestrator`.
+    pub fn orchestrator(&mut self, name: impl Into<String>) -> &mut Self {
+        self.orchestrator = name.into();
+        self
+    }
+
+    /// fsync or not. Default: [`Durability::Durable`].
+    pub fn durability(&mut self, d: Durability) -> &mut Self {
+        self.durability = d;
+        self
+    }
+
+    /// Observes every filesystem effect; for fault-injection tests. Default: none.
+    pub fn hook(&mut self, hook: Arc<dyn FsHook>) -> &mut Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// Opens an existing mailbox at `root`.
+    pub fn open(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
+        let mb = Mailbox::new(root.as_ref(), self.clone());
+        for dir in ["inputs", "processed", "tmp"] {
+            let p = mb.root.join(dir);
+            if !p.is_dir() {
+                return Err(Error::new(
+                    ErrorKind::NotInitialized,
+                    Some(&p),
+                    "missing: not a sigbox mailbox (run `sigbox init`)",
+                ));
+            }
+        }
+        Ok(mb)
+    }
+
+    /// Creates the layout at `root` where it is missing (idempotent), then opens it.
+    ///
+    /// **Durability:** every directory created is fsynced into its parent.
+    pub fn init(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
+        let mb = Mailbox::new(root.as_ref(), self.clone());
+        let mut missing = Vec::new();
+        let mut p = mb.root.as_path();
+        while !p.as_os_str().is_empty() && !p.exists() {
+            missing.push(p.to_path_buf());
+            match p.parent() {
+                Some(parent) => p = parent,
+                None => break,
+            }
+        }
+        for dir in missing.iter().rev() {
+            if mb.io.create_dir(dir)? {
+                if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    mb.io.sync_dir(parent)?;
+                }
+            }
+        }
+        let mut created = false;
+        for sub in LAYOUT {
+            created |= mb.io.create_dir(&mb.root.join(sub))?;
+        }
+        if created {
+            mb.io.sync_dir(&mb.root)?;
+        }
+        Ok(mb)
+    }
+}
+
+/// Where a pending file lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Inputs,
+    Buffer,
+}
+
+/// A routable file found by a scan.
+#[derive(Debug)]
+struct Item {
+    name: OsString,
+    source: Source,
+    instant: i128,
+    type_name: String,
+    signal_type: Option<SignalType>,
+    target: Target,
+}
+
+/// What a scan found besides routable items.
+#[derive(Debug, Default)]
+struct Scan {
+    items: Vec<Item>,
+    rejects: Vec<(OsString, Source, String)>,
+    next_check: Option<SystemTime>,
+    settling: Vec<OsString>,
+}
+
+#[derive(Default)]
+struct Cache {
+    /// Parsed foreign files, valid while the file's stamp is unchanged.
+    peeks: HashMap<OsString, (Stamp, std::result::Result<(Option<i128>, Body), String>)>,
+    /// Broadcasts this handle knows are acked, per agent.
+    acked: HashSet<(String, OsString)>,
+}
+
+/// A file that a pass moved to `rejected/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The file's name as it was in the drop zone (lossy for non-UTF-8 names).
+    pub name: String,
+    /// Where it is now.
+    pub path: PathBuf,
+    /// Why it can never be delivered.
+    pub reason: String,
+}
+
+/// What one checkpoint pass did.
+#[non_exhaustive]
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Signals delivered to the agent, oldest first.
+    pub delivered: Vec<Signal>,
+    /// `(signal id, agent)` for signals the orchestrator moved to an absent agent's buffer.
+    pub buffered: Vec<(String, String)>,
+    /// Broadcasts the orchestrator archived because the quorum had acked.
+    pub archived: Vec<String>,
+    /// Files moved to quarantine.
+    pub rejected: Vec<Rejection>,
+    /// True when the pass stopped early after a PAUSE or ABORT.
+    pub stopped: bool,
+    /// When a dropped file that is still settling becomes eligible: check again then.
+    pub next_check: Option<SystemTime>,
+}
+
+/// A pending signal, as `ls` shows it.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    /// The signal id.
+    pub id: String,
+    /// The file.
+    pub path: PathBuf,
+    /// The instant FIFO order uses, in nanoseconds since the Unix epoch.
+    pub instant: i128,
+    /// The type as written.
+    pub type_name: String,
+    /// The target.
+    pub target: Target,
+    /// For a buffered signal: whose buffer it is in.
+    pub buffered_for: Option<String>,
+}
+
+/// What `finish` did with one broadcast.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// The signal id.
+    pub id: String,
+    /// `delivered` or `partial`.
+    pub status: &'static str,
+    /// Quorum agents that had not acked.
+    pub unacked: Vec<String>,
+}
+
+/// A held presence: while it lives, the orchestrator leaves this agent's signals in `inputs/`
+/// instead of buffering them. Several handles of one agent may hold it at once (shared lock);
+/// a crashed process releases it.
+#[derive(Debug)]
+pub struct Presence {
+    _file: File,
+    agent: String,
+}
+
+impl Presence {
+    /// The agent this presence is for.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+}
+
+/// A mailbox handle. Cheap to keep open; safe to share between threads.
+pub struct Mailbox {
+    root: PathBuf,
+    inputs: PathBuf,
+    processed: PathBuf,
+    acks: PathBuf,
+    buffered: PathBuf,
+    rejected: PathBuf,
+    tmp: PathBuf,
+    agents: PathBuf,
+    opts: MailboxOptions,
+    io: Io,
+    cache: Mutex<Cache>,
+}
+
+impl std::fmt::Debug for Mailbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mailbox")
+            .field("root", &self.root)
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+/// Microseconds since the epoch, strictly increasing within this process, so that one
+/// producer's signals keep their order even within one microsecond.
+fn next_micros() -> i64 {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = Utc::now().timestamp_micros();
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+fn lossy(name: &OsStr) -> String {
+    name.to_string_lossy().into_owned()
+}
+
+fn ns_of(t: SystemTime) -> i128 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    }
+}
+
+fn time_of(ns: i128) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos((-ns) as u64)
+    }
+}
+
+impl Mailbox {
+    /// Opens an existing mailbox with default options.
+    pub fn open(root: impl AsRef<Path>) -> Result<Mailbox> {
+        MailboxOptions::new().open(root)
+    }
+
+    /// Creates (idempotently) and opens a mailbox with default options.
+    pub fn init(root: impl AsRef<Path>) -> Result<Mailbox> {
+        MailboxOptions::new().init(root)
+    }
+
+    fn new(root: &Path, opts: MailboxOptions) -> Mailbox {
+        let io = Io::new(opts.durability, opts.hook.clone());
+        Mailbox {
+            inputs: root.join("inputs"),
+            processed: root.join("processed"),
+            acks: root.join("acks"),
+            buffered: root.join("buffered"),
+            rejected: root.join("rejected"),
+            tmp: root.join("tmp"),
+            agents: root.join("agents"),
+            root: root.to_path_buf(),
+            opts,
+            io,
+            cache: Mutex::new(Cache::default()),
+        }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The drop zone, `inputs/`.
+    pub fn inputs_dir(&self) -> &Path {
+        &self.inputs
+    }
+
+    /// An agent's durable buffer directory (it may not exist yet).
+    pub fn buffer_dir(&self, agent: &str) -> PathBuf {
+        self.buffered.join(agent)
+    }
+
+    /// The options this handle was opened with.
+    pub fn options(&self) -> &MailboxOptions {
+        &self.opts
+    }
+
+    /// True after a failed fsync: the handle refuses writes from then on.
+    pub fn is_poisoned(&self) -> bool {
+        self.io.is_poisoned()
+    }
+
+    /// True when `agent` is the orchestrator.
+    pub fn is_orchestrator(&self, agent: &str) -> bool {
+        agent == self.opts.orchestrator
+    }
+
+    fn check_agent(&self, agent: &str) -> Result<()> {
+        if name::valid_agent(agent) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::InvalidName,
+                Some(&self.agents),
+                format!(
+                    "invalid agent name {agent:?}: a letter then up to 63 letters, digits, '_' \
+                     or '-'"
+                ),
+            ))
+        }
+    }
+
+    /// Sends a signal and returns its id.
+    ///
+    /// **Durability:** in durable mode the signal survives a crash or power loss once this
+    /// returns: the file is fsynced in `tmp/`, renamed into `inputs/` without replacing
+    /// anything, and `inputs/` is fsynced. Readers never see a partial file.
+    pub fn send(&self, s: &NewSignal) -> Result<String> {
+        if let Target::Agent(a) = &s.target {
+            self.check_agent(a)?;
+        }
+        let micros = next_micros();
+        let at = DateTime::from_timestamp_micros(micros).unwrap_or_else(Utc::now);
+        let unique = uuid::Uuid::now_v7().simple().to_string();
+        let type_name = s.signal_type.as_str();
+        let file = name::canonical_name(at, &unique, type_name, &s.target);
+        let id = name::signal_id(&file).to_string();
+        let mut body = Map::new();
+        body.insert("id".into(), json!(id));
+        body.insert("type".into(), json!(type_name));
+        body.insert(
+            "target".into(),
+            match &s.target {
+                Target::All => json!("ALL"),
+                Target::None => Value::Null,
+                Target::Agent(a) => json!(a),
+            },
+        );
+        if let Some(m) = &s.message {
+            body.insert("message".into(), json!(m));
+        }
+        if let Some(f) = &s.from {
+            body.insert("from".into(), json!(f));
+        }
+        if let Some(i) = s.iteration {
+            body.insert("iteration".into(), json!(i));
+        }
+        body.insert(
+            "created_at".into(),
+            json!(at.to_rfc3339_opts(SecondsFormat::Micros, true)),
+        );
+        for (k, v) in &s.extra {
+            body.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let mut bytes = serde_json::to_vec(&Value::Object(body)).expect("a JSON map serializes");
+        bytes.push(b'\n');
+        let dest = self.inputs.join(&file);
+        let stage = atomic::stage_name(&self.tmp, "send");
+        match atomic::write_atomic(&self.io, &stage, &dest, &bytes, Clobber::No)? {
+            Placed::Done => {
+                tracing::debug!(%id, "sent");
+                Ok(id)
+            }
+            Placed::Exists => Err(Error::new(
+                ErrorKind::Io,
+                Some(&dest),
+                "a file with this unique name already exists",
+            )),
+        }
+    }
+
+    /// Takes `agent`'s presence (a shared lock on `agents/<agent>.lock`) for as long as the
+    /// returned value lives.
+    pub fn presence(&self, agent: &str) -> Result<Presence> {
+        self.check_agent(agent)?;
+        let path = self.agents.join(format!("{agent}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io(&path, "cannot open presence lock", e))?;
+        // Blocking is safe: exclusive locks on this file are only ever taken by `is_present`
+        // with try_lock, and held for the duration of one check.
+        file.lock_shared()
+            .map_err(|e| Error::io(&path, "cannot lock presence file", e))?;
+        Ok(Presence {
+            _file: file,
+            agent: agent.to_string(),
+        })
+    }
+
+    /// True when a live handle holds `agent`'s presence.
+    pub fn is_present(&self, agent: &str) -> bool {
+        let path = self.agents.join(format!("{agent}.lock"));
+        let Ok(file) = File::open(&path) else {
+            return false;
+        };
+        match file.try_lock() {
+            Ok(()) => false,
+            Err(std::fs::TryLockError::WouldBlock) => true,
+            Err(std::fs::TryLockError::Error(_)) => false,
+        }
+    }
+
+    /// Pending signals (in `inputs/`, and in every agent's buffer), oldest first. Files still
+    /// settling or invalid are not listed; [`Mailbox::problems`] lists those.
+    pub fn pending(&self) -> Result<Vec<Pending>> {
+        let mut out = Vec::new();
+        let scan = self.scan(&self.inputs, Source::Inputs, &|_| true, SystemTime::now())?;
+        for it in scan.items {
+            out.push(self.pending_of(&self.inputs, it, None));
+        }
+        for entry in self.io.list(&self.buffered, true)? {
+            let (Some(agent), EntryKind::Dir) = (entry.name.to_str(), entry.kind) else {
+                continue;
+            };
+            let dir = self.buffered.join(agent);
+            let scan = self.scan(&dir, Source::Buffer, &|_| true, SystemTime::now())?;
+            for it in scan.items {
+                out.push(self.pending_of(&dir, it, Some(agent.to_string())));
+            }
+        }
+        out.sort_by(|a, b| (a.instant, &a.id).cmp(&(b.instant, &b.id)));
+        Ok(out)
+    }
+
+    fn pending_of(&self, dir: &Path, it: Item, buffered_for: Option<String>) -> Pending {
+        let name = lossy(&it.name);
+        Pending {
+            id: name::signal_id(&name).to_string(),
+            path: dir.join(&it.name),
+            instant: it.instant,
+            type_name: it.type_name,
+            target: it.target,
+            buffered_for,
+        }
+    }
+
+    /// Files in `inputs/` that are not (yet) deliverable, with the reason: still settling,
+    /// or invalid and about to be quarantined by the next pass.
+    pub fn problems(&self) -> Result<Vec<(PathBuf, String)>> {
+        let scan = self.scan(&self.inputs, Source::Inputs, &|_| true, SystemTime::now())?;
+        let mut out: Vec<(PathBuf, String)> = scan
+            .rejects
+            .into_iter()
+            .map(|(n, _, r)| (self.inputs.join(n), r))
+            .collect();
+        for n in scan.settling {
+            out.push((
+                self.inputs.join(n),
+                format!(
+                    "changed less than {:?} ago: waiting for the writer to finish",
+                    self.opts.settle
+                ),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Lists `dir` and classifies each entry. `relevant` filters canonical names before any
+    /// further work, so that a checkpoint skips foreign targets by name alone.
+    fn scan(
+        &self,
+        dir: &Path,
+        source: Source,
+        relevant: &dyn Fn(&name::CanonicalName<'_>) -> bool,
+        now: SystemTime,
+    ) -> Result<Scan> {
+        let entries = self.io.list(dir, source == Source::Buffer)?;
+        let mut scan = Scan::default();
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen_foreign = false;
+        for entry in entries {
+            let kind = match entry.kind {
+                EntryKind::File => name::classify(&entry.name),
+                _ => NameKind::Stray,
+            };
+            let canon = match kind {
+                NameKind::InProgress => continue,
+                NameKind::Canonical(c) => c,
+                NameKind::Foreign { instant, format } if entry.kind == EntryKind::File => {
+                    seen_foreign = true;
+                    self.scan_foreign(
+                        dir, source, entry.name, instant, format, now, &mut cache, &mut scan,
+                    )?;
+                    continue;
+                }
+                _ => {
+                    self.scan_odd(dir, source, entry.name, entry.kind, now, &mut scan)?;
+                    continue;
+                }
+            };
+            if !relevant(&canon) {
+                continue;
+            }
+            let item = Item {
+                instant: canon.instant,
+                type_name: canon.type_name.to_string(),
+                signal_type: canon.signal_type(),
+                target: canon.target(),
+                source,
+                name: OsString::new(),
+            };
+            scan.items.push(Item {
+                name: entry.name,
+                ..item
+            });
+        }
+        if seen_foreign && cache.peeks.len() > 4 * scan.items.len() + 1024 {
+            let keep: HashSet<&OsString> = scan.items.iter().map(|i| &i.name).collect();
+            cache.peeks.retain(|k, _| keep.contains(k));
+        }
+        drop(cache);
+        scan.items
+            .sort_by(|a, b| (a.instant, &a.name).cmp(&(b.instant, &b.name)));
+        Ok(scan)
+    }
+
+    /// Time since the last change of an entry (lstat), as `Some(eligible_at)` while it is
+    /// still inside the settle window.
+    fn settling(&self, stamp: &Stamp, now: SystemTime) -> Option<SystemTime> {
+        let changed = stamp.mtime_ns.max(stamp.ctime_ns);
+        let eligible = changed + self.opts.settle.as_nanos() as i128;
+        (ns_of(now) < eligible).then(|| time_of(eligible))
+    }
+
+    fn note_settling(scan: &mut Scan, name: OsString, at: SystemTime) {
+        scan.next_check = Some(scan.next_check.map_or(at, |t| t.min(at)));
+        scan.settling.push(name);
+    }
+
+    /// Symlinks, directories, special files, strays and non-UTF-8 names: refused once settled.
+    fn scan_odd(
+        &self,
+        dir: &Path,
+        source: Source,
+        name: OsString,
+        kind: EntryKind,
+        now: SystemTime,
+        scan: &mut Scan,
+    ) -> Result<()> {
+        let Some(stamp) = self.io.stamp(&dir.join(&name))? else {
+            return Ok(());
+        };
+        if let Some(at) = self.settling(&stamp, now) {
+            Self::note_settling(scan, name, at);
+            return Ok(());
+        }
+        let reason = match kind {
+            EntryKind::Symlink => "a symlink: links in the drop zone are never followed".into(),
+            EntryKind::Dir => "a directory, not a signal file".into(),
+            EntryKind::Special => {
+                "a FIFO, socket or device, not a signal file (never opened)".into()
+            }
+            EntryKind::File if name.to_str().is_none() => format!(
+                "file name is not UTF-8 ({:?})",
+                crate::sys::name_bytes(&name)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ),
+            EntryKind::File => {
+                "not a signal file: the name must end in .json, .yaml or .yml".into()
+            }
+        };
+        scan.rejects.push((name, source, reason));
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn scan_foreign(
+        &self,
+        dir: &Path,
+        source: Source,
+        name: OsString,
+        name_instant: Option<i128>,
+        format: Format,
+        now: SystemTime,
+        cache: &mut Cache,
+        scan: &mut Scan,
+    ) -> Result<()> {
+        let path = dir.join(&name);
+        let Some(stamp) = self.io.stamp(&path)? else {
+            return Ok(());
+        };
+        if let Some(at) = self.settling(&stamp, now) {
+            Self::note_settling(scan, name, at);
+            return Ok(());
+        }
+        let parsed = match cache.peeks.get(&name) {
+            Some((s, parsed)) if *s == stamp => parsed.clone(),
+            _ => {
+                let parsed = self.peek_foreign(&path, &name, format)?;
+                let Some(parsed) = parsed else { return Ok(()) };
+                cache.peeks.insert(name.clone(), (stamp, parsed.clone()));
+                parsed
+            }
+        };
+        match parsed {
+            Err(reason) => scan.rejects.push((name, source, reason)),
+            Ok((body_instant, body)) => match body.target {
+                Err(reason) => scan.rejects.push((name, source, reason)),
+                Ok(target) => scan.items.push(Item {
+                    instant: name_instant.or(body_instant).unwrap_or(stamp.mtime_ns),
+                    signal_type: SignalType::parse(&body.type_name),
+                    type_name: body.type_name,
+                    target,
+                    source,
+                    name,
+                }),
+            },
+        }
+        Ok(())
+    }
+
+    /// Reads and parses a dropped file. `Ok(None)` when it vanished.
+    #[allow(clippy::type_complexity)]
+    fn peek_foreign(
+        &self,
+        path: &Path,
+        name: &OsStr,
+        format: Format,
+    ) -> Result<Option<std::result::Result<(Option<i128>, Body), String>>> {
+        let s = name.to_str().unwrap_or_default();
+        if s.chars().any(char::is_control) {
+            return Ok(Some(Err("file name contains control characters".into())));
+        }
+        Ok(Some(
+            match self.io.read_untrusted(path, self.opts.max_file_size)? {
+                Read_::Gone => return Ok(None),
+                Read_::TooLarge(n) => Err(self.too_large(n)),
+                Read_::NotRegular(what) => Err(format!("{what}, not a signal file")),
+                Read_::HardLinked(n) => Err(hard_linked(n)),
+                Read_::Bytes(bytes, _) => signal::parse_body(&bytes, format).map(|body| {
+                    let at = body
+                        .created_at
+                        .and_then(|t| t.timestamp_nanos_opt())
+                        .map(i128::from);
+                    (at, body)
+                }),
+            },
+        ))
+    }
+
+    fn too_large(&self, n: u64) -> String {
+        format!(
+            "file is {n} bytes, over the {} byte cap",
+            self.opts.max_file_size
+        )
+    }
+
+    /// Runs one checkpoint pass for `agent` in `state` (see the routing table in
+    /// `spec/mailbox.md`).
+    ///
+    /// **Durability:** every delivered signal has been durably claimed (moved to `processed/`
+    /// with both directories fsynced) or durably acked before this returns: it is never
+    /// delivered to this agent again, also after a crash.
+    pub fn pass(&self, agent: &str, state: Option<&str>) -> Result<Pass> {
+        self.check_agent(agent)?;
+        let span = tracing::debug_span!("pass", agent, state);
+        let _enter = span.enter();
+        let is_orch = self.is_orchestrator(agent);
+        let approval =
+            is_orch && state.is_some_and(|s| self.opts.approval_states.iter().any(|a| a == s));
+        let now = SystemTime::now();
+        // A subagent only ever acts on its own, broadcast, and (none) files: skip the rest by
+        // name. APPROVE/SKIP are never for a subagent.
+        let relevant = |c: &name::CanonicalName<'_>| -> bool {
+            is_orch || c.target == agent || c.target == "ALL"
+        };
+        let mut scan = self.scan(&self.inputs, Source::Inputs, &relevant, now)?;
+        let own = self.buffered.join(agent);
+        let buf = self.scan(&own, Source::Buffer, &|_| true, now)?;
+        let mut pass = Pass {
+            next_check: match (scan.next_check, buf.next_check) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            ..Pass::default()
+        };
+        scan.rejects.extend(buf.rejects);
+        for (name, source, reason) in scan.rejects {
+            let dir = if source == Source::Inputs {
+                &self.inputs
+            } else {
+                &own
+            };
+            if let Some(r) = self.quarantine(dir, &name, &reason, agent)? {
+                pass.rejected.push(r);
+            }
+        }
+        let mut items = scan.items;
+        if !buf.items.is_empty() {
+            items.extend(buf.items);
+            items.sort_by(|a, b| (a.instant, &a.name).cmp(&(b.instant, &b.name)));
+        }
+        let mut presence: HashMap<String, bool> = HashMap::new();
+        let mut broadcasts: Vec<&Item> = Vec::new();
+        for item in &items {
+            let Some(ty) = item.signal_type else {
+                continue; // unknown types stay in inputs/ untouched
+            };
+            let dir = if item.source == Source::Buffer {
+                &own
+            } else {
+                &self.inputs
+            };
+            let delivered = if item.source == Source::Buffer {
+                self.take(dir, &item.name, agent, &mut pass)?
+            } else if ty.is_approval() {
+                if approval {
+                    self.take(dir, &item.name, agent, &mut pass)?
+                } else {
+                    None
+                }
+            } else {
+                match &item.target {
+                    Target::All => {
+                        if is_orch {
+                            broadcasts.push(item);
+                        }
+                        self.deliver_broadcast(&item.name, agent, &mut pass)?
+                    }
+                    Target::None if is_orch => self.take(dir, &item.name, agent, &mut pass)?,
+                    Target::None => None,
+                    Target::Agent(a) if a == agent => {
+                        self.take(dir, &item.name, agent, &mut pass)?
+                    }
+                    Target::Agent(x) => {
+                        if is_orch
+                            && !*presence
+                                .entry(x.clone())
+                                .or_insert_with(|| self.is_present(x))
+                        {
+                            self.buffer(&item.name, x, &mut pass)?;
+                        }
+                        None
+                    }
+                }
+            };
+            if let Some(sig) = delivered {
+                let stop = sig.signal_type.stops_pass();
+                pass.delivered.push(sig);
+                if stop {
+                    pass.stopped = true;
+                    break;
+                }
+            }
+        }
+        if is_orch {
+            for item in broadcasts {
+                let acked = self.acked_by(&item.name)?;
+                if self.opts.quorum.iter().all(|q| acked.contains(q)) {
+                    let id = name::signal_id(&lossy(&item.name)).to_string();
+                    if self.archive(&item.name, agent, "delivered", &[])? {
+                        pass.archived.push(id);
+                    }
+                }
+            }
+        }
+        tracing::debug!(
+            delivered = pass.delivered.len(),
+            buffered = pass.buffered.len(),
+            rejected = pass.rejected.len(),
+            "pass done"
+        );
+        Ok(pass)
+    }
+
+    /// Claims `dir/name` for `agent` into `processed/`. `None` when another consumer won, or
+    /// when the file turned out invalid (then it is quarantined and recorded in `pass`).
+    fn take(
+        &self,
+        dir: &Path,
+        name: &OsStr,
+        agent: &str,
+        pass: &mut Pass,
+    ) -> Result<Option<Signal>> {
+        let meta = json!({
+            "handled_by": agent,
+            "handled_at": now_rfc3339(),
+            "action_taken": "delivered",
+        });
+        let mut extra = Map::new();
+        extra.insert("handling_metadata".into(), meta);
+        self.move_to_processed(dir, name, agent, extra, pass)
+    }
+
+    /// The claim: rename into `processed/` without replacing, record the handling metadata,
+    /// fsync `processed/`, then the source directory.
+    fn move_to_processed(
+        &self,
+        dir: &Path,
+        name: &OsStr,
+        agent: &str,
+        extra: Map<String, Value>,
+        pass: &mut Pass,
+    ) -> Result<Option<Signal>> {
+        let src = dir.join(name);
+        let mut dest = self.processed.join(name);
+        for attempt in 0..4 {
+            let between = || self.record(&dest, name, &extra, agent);
+            let (claimed, result) = atomic::claim(&self.io, &src, &dest, between)?;
+            match claimed {
+                Claimed::Lost => return Ok(None),
+                Claimed::Won => {
+                    return Ok(match result.flatten() {
+                        Some(Ok(sig)) => Some(sig),
+                        Some(Err(rej)) => {
+                            pass.rejected.push(rej);
+                            None
+                        }
+                        None => None,
+                    });
+                }
+                Claimed::DestExists => {
+                    if attempt == 0 && self.same_signal(&src, &dest)? {
+                        // An earlier claim of this very file was interrupted by a crash before
+                        // it removed the source durably, so it was never handed over: redo it.
+                        if !self.io.stamp(&src)?.is_some() {
+                            return Ok(None);
+                        }
+                        match self.io.rename_replace(&src, &dest) {
+                            Ok(()) => {}
+                            Err(e)
+                                if e.io_error()
+                                    .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+                            {
+                                return Ok(None);
+                            }
+                            Err(e) => return Err(e),
+                        }
+                        let r = self.record(&dest, name, &extra, agent)?;
+                        self.io.sync_dir(&self.processed)?;
+                        self.io.sync_dir(dir)?;
+                        return Ok(match r {
+                            Some(Ok(sig)) => Some(sig),
+                            Some(Err(rej)) => {
+                                pass.rejected.push(rej);
+                                None
+                            }
+                            None => None,
+                        });
+                    }
+                    dest = self.processed.join(unique_variant(name));
+                }
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Io,
+            Some(&src),
+            "cannot find a free name in processed/",
+        ))
+    }
+
+    /// True when `a` and `b` hold the same signal (ignoring archive metadata).
+    fn same_signal(&self, a: &Path, b: &Path) -> Result<bool> {
+        let read = |p: &Path| -> Result<Option<Map<String, Value>>> {
+            let Read_::Bytes(bytes, _) = self.io.read_untrusted(p, self.opts.max_file_size)? else {
+                return Ok(None);
+            };
+            let fmt = signal::format_of(&p.file_name().unwrap_or_default().to_string_lossy());
+            Ok(signal::parse_body(&bytes, fmt).ok().map(|mut b| {
+                for k in HANDLING_KEYS {
+                    b.fields.remove(k);
+                }
+                b.fields
+            }))
+        };
+        Ok(match (read(a)?, read(b)?) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        })
+    }
+
+    /// Reads the claimed file at `dest`, and rewrites it with `extra` (handling metadata).
+    /// `Some(Err)` when the file does not hold a valid signal: it is then quarantined.
+    fn record(
+        &self,
+        dest: &Path,
+        name: &OsStr,
+        extra: &Map<String, Value>,
+        agent: &str,
+    ) -> Result<Option<std::result::Result<Signal, Rejection>>> {
+        let reason = match self.io.read_untrusted(dest, self.opts.max_file_size)? {
+            Read_::Gone => return Ok(None),
+            Read_::TooLarge(n) => self.too_large(n),
+            Read_::NotRegular(what) => format!("{what}, not a signal file"),
+            Read_::HardLinked(n) => hard_linked(n),
+            Read_::Bytes(bytes, _) => {
+                let fname = lossy(name);
+                let format = signal::format_of(&fname);
+                match signal::parse_body(&bytes, format)
+                    .map_err(|r| r)
+                    .and_then(|body| {
+                        Signal::from_body(body, name::signal_id(&fname), dest)
+                            .map_err(|e| e.reason().to_string())
+                    }) {
+                    Ok(mut sig) => {
+                        let text = annotate(&bytes, format, &sig.fields, extra);
+                        let stage = atomic::stage_name(&self.tmp, "record");
+                        self.io.write_new(&stage, &text)?;
+                        self.io.rename_replace(&stage, dest)?;
+                        for (k, v) in extra {
+                            sig.fields.insert(k.clone(), v.clone());
+                        }
+                        return Ok(Some(Ok(sig)));
+                    }
+                    Err(reason) => reason,
+                }
+            }
+        };
+        let parent = dest.parent().unwrap_or(&self.processed);
+        Ok(self.quarantine(parent, name, &reason, agent)?.map(Err))
+    }
+
+    /// Delivers a broadcast to `agent` once: writes `acks/<id>/<agent>.ack` without replacing.
+    fn deliver_broadcast(
+        &self,
+        name: &OsStr,
+        agent: &str,
+        pass: &mut Pass,
+    ) -> Result<Option<Signal>> {
+        let key = (agent.to_string(), name.to_os_string());
+        if self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .acked
+            .contains(&key)
+        {
+            return Ok(None);
+        }
+        let fname = lossy(name);
+        let id = name::signal_id(&fname);
+        let ack_dir = self.acks.join(id);
+        let ack = ack_dir.join(format!("{agent}.ack"));
+        let remember = || {
+            self.cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .acked
+                .insert(key.clone());
+        };
+        if self.io.stamp(&ack)?.is_some()
+            || self
+                .io
+                .stamp(&ack_dir.join(format!("{agent}.ack.yaml")))?
+                .is_some()
+        {
+            remember();
+            return Ok(None);
+        }
+        let src = self.inputs.join(name);
+        let bytes = match self.io.read_untrusted(&src, self.opts.max_file_size)? {
+            Read_::Gone => return Ok(None),
+            Read_::Bytes(b, _) => b,
+            other => {
+                let reason = match other {
+                    Read_::TooLarge(n) => self.too_large(n),
+                    Read_::NotRegular(w) => format!("{w}, not a signal file"),
+                    Read_::HardLinked(n) => hard_linked(n),
+                    _ => unreachable!(),
+                };
+                if let Some(r) = self.quarantine(&self.inputs, name, &reason, agent)? {
+                    pass.rejected.push(r);
+                }
+                return Ok(None);
+            }
+        };
+        let sig = match Signal::parse_file_bytes(&bytes, &src) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(r) = self.quarantine(&self.inputs, name, e.reason(), agent)? {
+                    pass.rejected.push(r);
+                }
+                return Ok(None);
+            }
+        };
+        if self.io.create_dir(&ack_dir)? {
+            self.io.sync_dir(&self.acks)?;
+        }
+        let body = json!({"signal": id, "agent": agent, "acked_at": now_rfc3339()});
+        let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
+        bytes.push(b'\n');
+        let stage = atomic::stage_name(&self.tmp, "ack");
+        match atomic::write_atomic(&self.io, &stage, &ack, &bytes, Clobber::No)? {
+            Placed::Done => {
+                remember();
+                Ok(Some(sig))
+            }
+            Placed::Exists => {
+                remember();
+                Ok(None)
+            }
+        }
+    }
+
+    /// Agents that have acked a broadcast (sigbox's `.ack` and upstream's `.ack.yaml`).
+    fn acked_by(&self, name: &OsStr) -> Result<HashSet<String>> {
+        let id = name::signal_id(&lossy(name)).to_string();
+        let mut out = HashSet::new();
+        for e in self.io.list(&self.acks.join(&id), true)? {
+            if let Some(n) = e.name.to_str() {
+                if let Some(a) = n
+                    .strip_suffix(".ack")
+                    .or_else(|| n.strip_suffix(".ack.yaml"))
+                {
+                    out.insert(a.to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Archives a broadcast into `processed/` with its delivery status.
+    fn archive(&self, name: &OsStr, agent: &str, status: &str, unacked: &[String]) -> Result<bool> {
+        let mut extra = Map::new();
+        extra.insert(
+            "handling_metadata".into(),
+            json!({
+                "handled_by": agent,
+                "handled_at": now_rfc3339(),
+                "action_taken": "broadcast archived",
+            }),
+        );
+        extra.insert("delivery_status".into(), json!(status));
+        extra.insert("unacked_agents".into(), json!(unacked));
+        let mut scratch = Pass::default();
+        let r = self.move_to_processed(&self.inputs, name, agent, extra, &mut scratch)?;
+        Ok(r.is_some())
+    }
+
+    /// Moves a signal for absent agent `x` into `buffered/<x>/`.
+    fn buffer(&self, name: &OsStr, x: &str, pass: &mut Pass) -> Result<()> {
+        let dir = self.buffered.join(x);
+        if self.io.create_dir(&dir)? {
+            self.io.sync_dir(&self.buffered)?;
+        }
+        let src = self.inputs.join(name);
+        let mut dest = dir.join(name);
+        for _ in 0..4 {
+            match atomic::claim(&self.io, &src, &dest, || Ok(()))?.0 {
+                Claimed::Lost => return Ok(()),
+                Claimed::Won => {
+                    pass.buffered
+                        .push((name::signal_id(&lossy(name)).to_string(), x.to_string()));
+                    return Ok(());
+                }
+                Claimed::DestExists => dest = dir.join(unique_variant(name)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves `dir/name` to `rejected/` and writes the reason beside it. `None` when another
+    /// process moved the file first.
+    fn quarantine(
+        &self,
+        dir: &Path,
+        name: &OsStr,
+        reason: &str,
+        agent: &str,
+    ) -> Result<Option<Rejection>> {
+        let src = dir.join(name);
+        let mut dest = self.rejected.join(name);
+        for _ in 0..4 {
+            let (claimed, _) = atomic::claim(&self.io, &src, &dest, || {
+                let mut why = dest.clone().into_os_string();
+                why.push(".reason.json");
+                let body = json!({
+                    "file": lossy(name),
+                    "from": src.to_string_lossy(),
+                    "reason": reason,
+                    "rejected_at": now_rfc3339(),
+                    "rejected_by": agent,
+                });
+                let mut bytes = serde_json::to_vec_pretty(&body).expect("JSON serializes");
+                bytes.push(b'\n');
+                let stage = atomic::stage_name(&self.tmp, "reason");
+                atomic::write_atomic(&self.io, &stage, Path::new(&why), &bytes, Clobber::Yes)
+            })?;
+            match claimed {
+                Claimed::Lost => return Ok(None),
+                Claimed::Won => {
+                    tracing::warn!(file = %src.display(), reason, "quarantined");
+                    return Ok(Some(Rejection {
+                        name: lossy(name),
+                        path: dest,
+                        reason: reason.to_string(),
+                    }));
+                }
+                Claimed::DestExists => dest = self.rejected.join(unique_variant(name)),
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Io,
+            Some(&src),
+            "cannot find a free name in rejected/",
+        ))
+    }
+
+    /// Archives every pending broadcast at session end: `delivered` when the quorum acked,
+    /// else `partial` with the agents that did not.
+    pub fn finish(&self, agent: &str) -> Result<Vec<Finished>> {
+        self.check_agent(agent)?;
+        let scan = self.scan(
+            &self.inputs,
+            Source::Inputs,
+            &|c| c.target == "ALL",
+            SystemTime::now(),
+        )?;
+        let mut out = Vec::new();
+        for item in scan.items {
+            if item.target != Target::All {
+                continue;
+            }
+            let acked = self.acked_by(&item.name)?;
+            let unacked: Vec<String> = self
+                .opts
+                .quorum
+                .iter()
+                .filter(|q| !acked.contains(*q))
+                .cloned()
+                .collect();
+            let status = if unacked.is_empty() {
+                "delivered"
+            } else {
+                "partial"
+            };
+            if self.archive(&item.name, agent, status, &unacked)? {
+                out.push(Finished {
+                    id: name::signal_id(&lossy(&item.name)).to_string(),
+                    status,
+                    unacked,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes staging files in `tmp/` older than `age`, at most `limit` per call (deleting in
+    /// small batches keeps producers clear of the filesystem's slow path after mass deletes).
+    /// Returns how many were removed.
+    pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for e in self.io.list(&self.tmp, false)? {
+            if removed >= limit {
+                break;
+            }
+            let p = self.tmp.join(&e.name);
+            let Some(stamp) = self.io.stamp(&p)? else {
+                continue;
+            };
+            if e.kind != EntryKind::File && e.kind != EntryKind::Symlink {
+                continue;
+            }
+            if ns_of(now) - stamp.mtime_ns.max(stamp.ctime_ns) >= age.as_nanos() as i128
+                && self.io.remove(&p)?
+            {
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.io.sync_dir(&self.tmp)?;
+        }
+        Ok(removed)
+    }
+
+    /// Signals in `processed/`, oldest first, with their handling metadata in `fields`.
+    /// Unreadable files are returned as errors beside the rest.
+    pub fn processed(&self) -> Result<Vec<std::result::Result<Signal, Error>>> {
+        let mut out = Vec::new();
+        for e in self.io.list(&self.processed, false)? {
+            if e.kind != EntryKind::File {
+                continue;
+            }
+            let path = self.processed.join(&e.name);
+            out.push(
+                match self.io.read_untrusted(&path, self.opts.max_file_size)? {
+                    Read_::Bytes(b, stamp) => {
+                        Signal::parse_file_bytes(&b, &path).map(|s| (s, stamp.mtime_ns))
+                    }
+                    Read_::Gone => continue,
+                    _ => Err(Error::new(
+                        ErrorKind::NotRegularFile,
+                        Some(&path),
+                        "unreadable",
+                    )),
+                },
+            );
+        }
+        let key = |s: &Signal, mtime: i128| -> i128 {
+            name::parse_canonical(&format!("{}.json", s.id))
+                .map(|c| c.instant)
+                .or_else(|| {
+                    s.created_at
+                        .and_then(|t| t.timestamp_nanos_opt())
+                        .map(i128::from)
+                })
+                .unwrap_or(mtime)
+        };
+        let mut ok: Vec<(i128, Signal)> = Vec::new();
+        let mut errs = Vec::new();
+        for r in out {
+            match r {
+                Ok((s, m)) => ok.push((key(&s, m), s)),
+                Err(e) => errs.push(Err(e)),
+            }
+        }
+        ok.sort_by(|a, b| (a.0, &a.1.id).cmp(&(b.0, &b.1.id)));
+        Ok(ok.into_iter().map(|(_, s)| Ok(s)).chain(errs).collect())
+    }
+
+    /// Files in `rejected/` with their reasons.
+    pub fn rejected(&self) -> Result<Vec<Rejection>> {
+        let mut out = Vec::new();
+        for e in self.io.list(&self.rejected, true)? {
+            let n = lossy(&e.name);
+            if n.ends_with(".reason.json") {
+                continue;
+            }
+            let path = self.rejected.join(&e.name);
+            let mut why = path.clone().into_os_string();
+            why.push(".reason.json");
+            let reason = std::fs::read(&why)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .and_then(|v| v.get("reason").and_then(Value::as_str).map(String::from))
+                .unwrap_or_else(|| "(no reason recorded)".into());
+            out.push(Rejection {
+                name: n,
+                path,
+                reason,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
+fn hard_linked(n: u64) -> String {
+    format!(
+        "file has {n} hard links: it may be a link to a file outside the root, so it is not read"
+    )
+}
+
+/// `name` with a unique part inserted before its extension, for a destination that is taken.
+fn unique_variant(name: &OsStr) -> OsString {
+    let u = uuid::Uuid::now_v7().simple().to_string();
+    let s = lossy(name);
+    let (stem, ext) = match s.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() && name.to_str().is_some() => {
+            (stem.to_string(), format!(".{ext}"))
+        }
+        _ => {
+            let mut o = name.to_os_string();
+            o.push(format!(".dup-{}", &u[20..]));
+            return o;
+        }
+    };
+    OsString::from(format!("{stem}.dup-{}{ext}", &u[20..]))
+}
+
+/// The bytes of a processed file: the original with `extra` added. YAML gets the metadata
+/// appended as upstream does (the original text is kept byte for byte) when that reads back
+/// to the same fields; otherwise the document is re-emitted.
+fn annotate(
+    original: &[u8],
+    format: Format,
+    fields: &Map<String, Value>,
+    extra: &Map<String, Value>,
+) -> Vec<u8> {
+    let mut merged = fields.clone();
+    for (k, v) in extra {
+        merged.insert(k.clone(), v.clone());
+    }
+    match format {
+        Format::Json => {
+            let mut out = serde_json::to_vec(&Value::Object(merged)).expect("JSON serializes");
+            out.push(b'\n');
+            out
+        }
+        Format::Yaml => {
+            if !extra.keys().any(|k| fields.contains_key(k)) {
+                let mut out = original.to_vec();
+                if !out.ends_with(b"\n") {
+                    out.push(b'\n');
+                }
+                let mut tail = Map::new();
+                for (k, v) in extra {
+                    tail.insert(k.clone(), v.clone());
+                }
+                if let Ok(t) = serde_saphyr::to_string(&Value::Object(tail)) {
+                    out.extend_from_slice(t.as_bytes());
+                    if let Ok(body) = signal::parse_body(&out, Format::Yaml) {
+                        if body.fields == merged {
+                            return out;
+                        }
+                    }
+                }
+            }
+            serde_saphyr::to_string(&Value::Object(merged))
+                .map(String::into_bytes)
+                .unwrap_or_else(|_| original.to_vec())
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! File names: the canonical names sigbox writes, and every name form upstream Ralph writers use.
+//!
+//! A canonical name carries everything routing needs, so a checkpoint never opens a file it will
+//! not deliver:
+//!
+//! ```text
+//! signal.20261122T101500.123456Z.0193f0c2a4b07c3e9d2f5a6b7c8d9e0f.STEER.Executor.json
+//!        └── instant (UTC, µs) ─┘ └──────── unique (UUIDv7) ──────┘ └type┘ └target┘
+//! ```
+//!
+//! The target is an agent name, `ALL`, or `_` for "no target".
+
+use std::ffi::OsStr;
+
+use chrono::{DateTime, Local, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
+
+use crate::signal::{SignalType, Target};
+
+/// What a directory entry's name says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameKind<'a> {
+    /// A write in progress (dot-file or `*.tmp`): never a signal, never touched.
+    InProgress,
+    /// A name sigbox wrote: routing comes from the name alone.
+    Canonical(CanonicalName<'a>),
+    /// A `.json`, `.yaml` or `.yml` file under any other name; `instant` is set for the
+    /// upstream Ralph forms (`signal.YYMMDD-HHmmss[...].yaml` and friends).
+    Foreign {
+        /// The instant the name encodes, in nanoseconds since the Unix epoch.
+        instant: Option<i128>,
+        /// The body's format.
+        format: Format,
+    },
+    /// Any other name: not a signal file.
+    Stray,
+}
+
+/// The body format of a signal file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// The parts of a canonical name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonicalName<'a> {
+    /// Nanoseconds since the Unix epoch (microsecond precision).
+    pub instant: i128,
+    /// The unique part.
+    pub unique: &'a str,
+    /// The signal type as written in the name (upper case).
+    pub type_name: &'a str,
+    /// The target.
+    pub target: &'a str,
+}
+
+impl CanonicalName<'_> {
+    /// The target as a [`Target`].
+    pub fn target(&self) -> Target {
+        match self.target {
+            "ALL" => Target::All,
+            "_" => Target::None,
+            other => Target::Agent(other.to_string()),
+        }
+    }
+
+    /// The type, when it is one sigbox knows.
+    pub fn signal_type(&self) -> Option<SignalType> {
+        SignalType::parse(self.type_name)
+    }
+}
+
+/// Classifies a directory entry by its name alone.
+pub fn classify(name: &OsStr) -> NameKind<'_> {
+    let Some(name) = name.to_str() else {
+        // Not UTF-8: refused by the caller, which needs the raw name to move it aside.
+        return NameKind::Stray;
+    };
+    if name.starts_with('.') || name.ends_with(".tmp") {
+        return NameKind::InProgress;
+    }
+    if let Some(c) = parse_canonical(name) {
+        return NameKind::Canonical(c);
+    }
+    let (stem, format) = if let Some(s) = name.strip_suffix(".json") {
+        (s, Format::Json)
+    } else if let Some(s) = name.strip_suffix(".yaml") {
+        (s, Format::Yaml)
+    } else if let Some(s) = name.strip_suffix(".yml") {
+        (s, Format::Yaml)
+    } else {
+        return NameKind::Stray;
+    };
+    if stem.is_empty() {
+        return NameKind::Stray;
+    }
+    NameKind::Foreign {
+        instant: parse_ralph_instant(stem),
+        format,
+    }
+}
+
+/// The signal id of a file: its name without the extension.
+pub fn signal_id(name: &str) -> &str {
+    for ext in [".json", ".yaml", ".yml"] {
+        if let Some(s) = name.strip_suffix(ext) {
+            return s;
+        }
+    }
+    name
+}
+
+/// Parses a canonical name; `None` when `name` is not one.
+pub fn parse_canonical(name: &str) -> Option<CanonicalName<'_>> {
+    let rest = name.strip_prefix("signal.")?.strip_suffix(".json")?;
+    // Routing reads the target first: a checkpoint skips foreign targets without parsing more.
+    let (rest, target) = rest.rsplit_once('.')?;
+    let (rest, type_name) = rest.rsplit_once('.')?;
+    let (rest, unique) = rest.rsplit_once('.')?;
+    let (day_time, micros) = rest.split_once('.')?;
+    if !(target == "ALL" || target == "_" || valid_agent(target)) {
+        return None;
+    }
+    if type_name.is_empty() || !type_name.bytes().all(|b| b.is_ascii_uppercase()) {
+        return None;
+    }
+    if unique.len() != 32 || !unique.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let micros = micros.strip_suffix('Z')?;
+    if micros.len() != 6 || day_time.len() != 15 || day_time.as_bytes()[8] != b'T' {
+        return None;
+    }
+    let date = digits(&day_time[..8])?;
+    let time = digits(&day_time[9..])?;
+    let micros = digits(micros)?;
+    let dt = naive(
+        date / 10_000,
+        (date / 100 % 100) as u32,
+        (date % 100) as u32,
+        time,
+    )?;
+    let instant = i128::from(dt.and_utc().timestamp()) * 1_000_000_000 + i128::from(micros) * 1000;
+    Some(CanonicalName {
+        instant,
+        unique,
+        type_name,
+        target,
+    })
+}
+
+/// Formats a canonical name.
+pub fn canonical_name(at: DateTime<Utc>, unique: &str, type_name: &str, target: &Target) -> String {
+    let target = match target {
+        Target::All => "ALL",
+        Target::None => "_",
+        Target::Agent(a) => a.as_str(),
+    };
+    format!(
+        "signal.{}.{}.{}.{}.json",
+        at.format("%Y%m%dT%H%M%S.%6fZ"),
+        unique,
+        type_name,
+        target
+    )
+}
+
+/// True when `name` may be used as an agent name: an ASCII letter, then up to 63 letters,
+/// digits, `_` or `-`; `ALL` is reserved.
+pub fn valid_agent(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_alphabetic()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-')
+        && !name.eq_ignore_ascii_case("ALL")
+}
+
+fn digits(s: &str) -> Option<i64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn naive(year: i64, month: u32, day: u32, hhmmss: i64) -> Option<NaiveDateTime> {
+    let date = NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)?;
+    let time = NaiveTime::from_hms_opt(
+        (hhmmss / 10_000) as u32,
+        (hhmmss / 100 % 100) as u32,
+        (hhmmss % 100) as u32,
+    )?;
+    Some(date.and_time(time))
+}
+
+/// Parses the instant of an upstream Ralph name stem (the name without its extension):
+///
+/// `signal.YYMMDD-HHmmss` or `signal.YYYYMMDD-HHmmss`, then any of: `Z`, `+HHMM`, `+HH:MM`,
+/// `-HH:MM` (a zone), `-NNN` (1 to 3 digits: milliseconds), `-xxxx` (any other letters and
+/// digits: a uniqueness suffix, ignored). Without a zone the time is local. A 4-digit `-NNNN`
+/// is a suffix, not a negative offset: upstream's `-<random4>` would otherwise be misread.
+pub fn parse_ralph_instant(stem: &str) -> Option<i128> {
+    let rest = stem.strip_prefix("signal.")?;
+    let (date, rest) = rest.split_once('-')?;
+    let year = match date.len() {
+        6 => 2000 + digits(&date[..2])?,
+        8 => digits(&date[..4])?,
+        _ => return None,
+    };
+    let md = digits(&date[date.len() - 4..])?;
+    if rest.len() < 6 || !rest.is_char_boundary(6) {
+        return None;
+    }
+    let time = digits(&rest[..6])?;
+    let dt = naive(year, (md / 100) as u32, (md % 100) as u32, time)?;
+    let mut tail = &rest[6..];
+    let mut offset_secs: Option<i64> = None;
+    let mut millis = 0i64;
+    while !tail.is_empty() {
+        if let Some(t) = tail.strip_prefix('Z') {
+            offset_secs = Some(0);
+            tail = t;
+        } else if let Some((secs, t)) = zone(tail) {
+            offset_secs = Some(secs);
+            tail = t;
+        } else if let Some(t) = tail.strip_prefix('-') {
+            let end = t
+                .find(|c: char| !c.is_ascii_alphanumeric())
+                .unwrap_or(t.len());
+            let part = &t[..end];
+            if part.is_empty() {
+                return None;
+            }
+            if part.len() <= 3 && part.bytes().all(|b| b.is_ascii_digit()) {
+                millis = digits(part)?;
+            }
+            tail = &t[end..];
+        } else {
+            return None;
+        }
+    }
+    let nanos_of = |ts: i64| i128::from(ts) * 1_000_000_000 + i128::from(millis) * 1_000_000;
+    match offset_secs {
+        Some(off) => Some(nanos_of(dt.and_utc().timestamp() - off)),
+        None => Local
+            .from_local_datetime(&dt)
+            .earliest()
+            .map(|l| nanos_of(l.timestamp())),
+    }
+}
+
+/// `+HHMM`, `+HH:MM` or `-HH:MM` at the start of `s`: (offset seconds east, rest).
+fn zone(s: &str) -> Option<(i64, &str)> {
+    let sign = match s.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let b = s.as_bytes();
+    let (hh, mm, len) = if b.len() >= 6 && b[3] == b':' {
+        (digits(&s[1..3])?, digits(&s[4..6])?, 6)
+    } else if sign == 1 && b.len() >= 5 {
+        (digits(&s[1..3])?, digits(&s[3..5])?, 5)
+    } else {
+        return None;
+    };
+    if hh > 14 || mm > 59 {
+        return None;
+    }
+    Some((sign * (hh * 3600 + mm * 60), &s[len..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_round_trip() {
+        let at = DateTime::parse_from_rfc3339("2026-11-22T10:15:00.123456Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let u = "0193f0c2a4b07c3e9d2f5a6b7c8d9e0f";
+        let name = canonical_name(at, u, "STEER", &Target::Agent("Executor".into()));
+        assert_eq!(
+            name,
+            "signal.20261122T101500.123456Z.0193f0c2a4b07c3e9d2f5a6b7c8d9e0f.STEER.Executor.json"
+        );
+        let c = parse_canonical(&name).unwrap();
+        assert_eq!(c.instant, at.timestamp_nanos_opt().unwrap() as i128);
+        assert_eq!(c.target(), Target::Agent("Executor".into()));
+        assert_eq!(c.type_name, "STEER");
+        assert_eq!(c.unique, u);
+    }
+
+    #[test]
+    fn canonical_rejects_escaping_targets() {
+        let u = "0193f0c2a4b07c3e9d2f5a6b7c8d9e0f";
+        for t in ["..", "", "a/b", "1abc"] {
+            let name = format!("signal.20261122T101500.123456Z.{u}.STEER.{t}.json");
+            assert_eq!(parse_canonical(&name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn ralph_forms() {
+        let utc = |s: &str| {
+            DateTime::parse_from_rfc3339(s)
+                .unwrap()
+                .timestamp_nanos_opt()
+                .unwrap() as i128
+        };
+        assert_eq!(
+            parse_ralph_instant("signal.260208-143000Z"),
+            Some(utc("2026-02-08T14:30:00Z"))
+        );
+        assert_eq!(
+            parse_ralph_instant("signal.20260208-143000Z"),
+            Some(utc("2026-02-08T14:30:00Z"))
+        );
+        assert_eq!(
+            parse_ralph_instant("signal.260208-143000+0700"),
+            Some(utc("2026-02-08T07:30:00Z"))
+        );
+        assert_eq!(
+            parse_ralph_instant("signal.260208-143000-05:00"),
+            Some(utc("2026-02-08T19:30:00Z"))
+        );
+        assert_eq!(
+            parse_ralph_instant("signal.260208-143000Z-123"),
+            Some(utc("2026-02-08T14:30:00.123Z"))
+        );
+        assert_eq!(
+            parse_ralph_instant("signal.260208-143000Z-a1b2"),
+            Some(utc("2026-02-08T14:30:00Z"))
+        );
+        assert_eq!(
+            parse_ralph_instant("signal.260208-143000-1234Z"),
+            Some(utc("2026-02-08T14:30:00Z"))
+        );
+        assert!(parse_ralph_instant("signal.260208-143000").is_some());
+        assert_eq!(parse_ralph_instant("signal.261308-143000Z"), None);
+        assert_eq!(parse_ralph_instant("notes"), None);
+    }
+
+    #[test]
+    fn in_progress_and_strays() {
+        assert_eq!(classify(OsStr::new(".x.yaml")), NameKind::InProgress);
+        assert_eq!(classify(OsStr::new("a.yaml.tmp")), NameKind::InProgress);
+        assert_eq!(classify(OsStr::new("README.md")), NameKind::Stray);
+        assert!(matches!(
+            classify(OsStr::new("hello.yml")),
+            NameKind::Foreign {
+                instant: None,
+                format: Format::Yaml
+            }
+        ));
+    }
+}

@@ -1,0 +1,55 @@
+//! Fallback implementation for platforms without Unix calls.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::hard_link(from, to)?;
+    std::fs::remove_file(from)
+}
+
+pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
+    if std::fs::symlink_metadata(path)?.file_type().is_symlink() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "is a symlink"));
+    }
+    File::open(path)
+}
+
+pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
+    File::open(path)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
+    pub(crate) nlink: u64,
+    pub(crate) mtime_ns: i128,
+    pub(crate) ctime_ns: i128,
+}
+
+pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
+    let ns = |t: io::Result<std::time::SystemTime>| {
+        t.ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as i128)
+    };
+    Stamp {
+        dev: 0,
+        ino: 0,
+        size: meta.len(),
+        nlink: 1,
+        mtime_ns: ns(meta.modified()),
+        ctime_ns: ns(meta.modified()),
+    }
+}
+
+pub(crate) fn is_special(_ft: &std::fs::FileType) -> bool {
+    false
+}
+
+pub(crate) fn name_bytes(name: &std::ffi::OsStr) -> &[u8] {
+    name.as_encoded_bytes()
+}

@@ -1,0 +1,81 @@
+//! Unix implementation of the platform layer.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
+
+/// Renames `from` to `to`, failing with `AlreadyExists` instead of replacing `to`.
+///
+/// On Linux this is one `renameat2(RENAME_NOREPLACE)`. Where the filesystem does not support
+/// the flag (`EINVAL`), or on other Unixes, it is `link(from, to)` then `unlink(from)`: the
+/// `link` is the atomic, exclusive step.
+pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::fs::{CWD, RenameFlags, renameat_with};
+        match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(()),
+            Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    std::fs::hard_link(from, to)?;
+    std::fs::remove_file(from)
+}
+
+/// Opens a file for reading without following a final symlink and without blocking on a FIFO.
+pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// Opens a directory so that it can be fsynced.
+pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// Identity and timing of a file, as the mailbox needs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
+    pub(crate) nlink: u64,
+    pub(crate) mtime_ns: i128,
+    pub(crate) ctime_ns: i128,
+}
+
+pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    Stamp {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        size: meta.size(),
+        nlink: meta.nlink(),
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+    }
+}
+
+/// True for FIFOs, sockets and device nodes: files that must never be opened.
+pub(crate) fn is_special(ft: &std::fs::FileType) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    ft.is_fifo() || ft.is_socket() || ft.is_block_device() || ft.is_char_device()
+}
+
+/// The raw bytes of a file name, for names that are not UTF-8.
+pub(crate) fn name_bytes(name: &std::ffi::OsStr) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    name.as_bytes()
+}
