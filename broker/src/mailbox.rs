@@ -204,6 +204,14 @@ struct Item {
     target: Target,
 }
 
+/// Who is running a pass, and what that allows.
+struct Route<'a> {
+    agent: &'a str,
+    own: &'a Path,
+    is_orch: bool,
+    approval: bool,
+}
+
 /// What a scan found besides routable items.
 #[derive(Debug, Default)]
 struct Scan {
@@ -248,6 +256,10 @@ pub struct Pass {
     pub stopped: bool,
     /// When a dropped file that is still settling becomes eligible: check again then.
     pub next_check: Option<SystemTime>,
+    /// Set when the pass stopped early because of this error *after* delivering signals: the
+    /// signals in `delivered` are durably claimed and must be acted on; the error must be
+    /// reported too. (Without deliveries the pass returns the error itself.)
+    pub interrupted: Option<Error>,
 }
 
 /// A pending signal, as `ls` shows it.
@@ -812,48 +824,86 @@ impl Mailbox {
         }
         let mut items = scan.items;
         if !buf.items.is_empty() {
+            // A crash during the orchestrator's move into this buffer can leave the signal in
+            // both places. Resolve that before claiming, durably, or it would be delivered twice.
+            let in_buffer: HashSet<OsString> = buf.items.iter().map(|i| i.name.clone()).collect();
+            let mut dropped = false;
+            let mut keep = Vec::with_capacity(items.len());
+            for item in items {
+                if in_buffer.contains(&item.name)
+                    && self.same_signal(&self.inputs.join(&item.name), &own.join(&item.name))?
+                {
+                    self.io.remove(&self.inputs.join(&item.name))?;
+                    dropped = true;
+                } else {
+                    keep.push(item);
+                }
+            }
+            if dropped {
+                self.io.sync_dir(&self.inputs)?;
+            }
+            items = keep;
             items.extend(buf.items);
             items.sort_by(|a, b| (a.instant, &a.name).cmp(&(b.instant, &b.name)));
         }
+        let ctx = Route {
+            agent,
+            own: &own,
+            is_orch,
+            approval,
+        };
+        if let Err(e) = self.route_all(&items, &ctx, &mut pass) {
+            if pass.delivered.is_empty() {
+                return Err(e);
+            }
+            tracing::warn!(error = %e, "pass interrupted after deliveries");
+            pass.interrupted = Some(e);
+        }
+        tracing::debug!(
+            delivered = pass.delivered.len(),
+            buffered = pass.buffered.len(),
+            rejected = pass.rejected.len(),
+            "pass done"
+        );
+        Ok(pass)
+    }
+
+    /// Routes every item in FIFO order (the routing table of `spec/mailbox.md`).
+    fn route_all(&self, items: &[Item], ctx: &Route<'_>, pass: &mut Pass) -> Result<()> {
+        let agent = ctx.agent;
         let mut presence: HashMap<String, bool> = HashMap::new();
         let mut broadcasts: Vec<&Item> = Vec::new();
-        for item in &items {
+        for item in items {
             let Some(ty) = item.signal_type else {
                 continue; // unknown types stay in inputs/ untouched
             };
-            let dir = if item.source == Source::Buffer {
-                &own
-            } else {
-                &self.inputs
-            };
+            let dir = if item.source == Source::Buffer { ctx.own } else { &self.inputs };
             let delivered = if item.source == Source::Buffer {
-                self.take(dir, &item.name, agent, &mut pass)?
+                self.take(dir, &item.name, agent, pass)?
             } else if ty.is_approval() {
-                if approval {
-                    self.take(dir, &item.name, agent, &mut pass)?
+                if ctx.approval {
+                    self.take(dir, &item.name, agent, pass)?
                 } else {
                     None
                 }
             } else {
                 match &item.target {
                     Target::All => {
-                        if is_orch {
+                        if ctx.is_orch {
                             broadcasts.push(item);
                         }
-                        self.deliver_broadcast(&item.name, agent, &mut pass)?
+                        self.deliver_broadcast(&item.name, agent, pass)?
                     }
-                    Target::None if is_orch => self.take(dir, &item.name, agent, &mut pass)?,
+                    Target::None if ctx.is_orch => self.take(dir, &item.name, agent, pass)?,
                     Target::None => None,
-                    Target::Agent(a) if a == agent => {
-                        self.take(dir, &item.name, agent, &mut pass)?
-                    }
+                    Target::Agent(a) if a == agent => self.take(dir, &item.name, agent, pass)?,
                     Target::Agent(x) => {
-                        if is_orch
+                        if ctx.is_orch
                             && !*presence
                                 .entry(x.clone())
                                 .or_insert_with(|| self.is_present(x))
                         {
-                            self.buffer(&item.name, x, &mut pass)?;
+                            self.buffer(&item.name, x, pass)?;
                         }
                         None
                     }
@@ -868,24 +918,16 @@ impl Mailbox {
                 }
             }
         }
-        if is_orch {
-            for item in broadcasts {
-                let acked = self.acked_by(&item.name)?;
-                if self.opts.quorum.iter().all(|q| acked.contains(q)) {
-                    let id = name::signal_id(&lossy(&item.name)).to_string();
-                    if self.archive(&item.name, agent, "delivered", &[])? {
-                        pass.archived.push(id);
-                    }
+        for item in broadcasts {
+            let acked = self.acked_by(&item.name)?;
+            if self.opts.quorum.iter().all(|q| acked.contains(q)) {
+                let id = name::signal_id(&lossy(&item.name)).to_string();
+                if self.archive(&item.name, agent, "delivered", &[])? {
+                    pass.archived.push(id);
                 }
             }
         }
-        tracing::debug!(
-            delivered = pass.delivered.len(),
-            buffered = pass.buffered.len(),
-            rejected = pass.rejected.len(),
-            "pass done"
-        );
-        Ok(pass)
+        Ok(())
     }
 
     /// Claims `dir/name` for `agent` into `processed/`. `None` when another consumer won, or
@@ -1168,7 +1210,16 @@ impl Mailbox {
                         .push((name::signal_id(&lossy(name)).to_string(), x.to_string()));
                     return Ok(());
                 }
-                Claimed::DestExists => dest = dir.join(unique_variant(name)),
+                Claimed::DestExists => {
+                    if self.same_signal(&src, &dest)? {
+                        // A crash interrupted an earlier move of this very signal after the
+                        // buffer side became durable: finish it by dropping the source.
+                        self.io.remove(&src)?;
+                        self.io.sync_dir(&self.inputs)?;
+                        return Ok(());
+                    }
+                    dest = dir.join(unique_variant(name));
+                }
             }
         }
         Ok(())
