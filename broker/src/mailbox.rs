@@ -877,7 +877,11 @@ impl Mailbox {
             let Some(ty) = item.signal_type else {
                 continue; // unknown types stay in inputs/ untouched
             };
-            let dir = if item.source == Source::Buffer { ctx.own } else { &self.inputs };
+            let dir = if item.source == Source::Buffer {
+                ctx.own
+            } else {
+                &self.inputs
+            };
             let delivered = if item.source == Source::Buffer {
                 self.take(dir, &item.name, agent, pass)?
             } else if ty.is_approval() {

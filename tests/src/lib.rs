@@ -1,0 +1,35 @@
+//! Helpers shared by sigbox's cross-crate tests: a crash model of the filesystem seam, and
+//! small utilities for building and inspecting mailboxes.
+#![deny(missing_docs)]
+
+pub mod crash;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The names of the regular files and other entries directly in `dir` (empty when missing).
+pub fn names(dir: &Path) -> BTreeSet<String> {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+/// Names in `rejected/` that are quarantined files (not their `.reason.json` companions).
+pub fn rejected(root: &Path) -> BTreeSet<String> {
+    names(&root.join("rejected"))
+        .into_iter()
+        .filter(|n| !n.ends_with(".reason.json"))
+        .collect()
+}
+
+/// The `reason` recorded beside a quarantined file.
+pub fn reason(root: &Path, name: &str) -> String {
+    let p = root.join("rejected").join(format!("{name}.reason.json"));
+    let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    v["reason"].as_str().unwrap().to_string()
+}
