@@ -1,0 +1,79 @@
+//! Guards against silent half-state: after a failed fsync a handle refuses every further
+//! write, and a failed step never leaves a visible partial signal.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use sigbox::{ErrorKind, FsHook, FsOp, MailboxOptions, NewSignal, SignalType, Target};
+
+/// Fails the first fsync of a directory, then lets everything through.
+struct FailOneDirSync(AtomicBool);
+
+impl FsHook for FailOneDirSync {
+    fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
+        if matches!(op, FsOp::SyncDir(_)) && !self.0.swap(true, Ordering::SeqCst) {
+            return Err(io::Error::other("injected EIO"));
+        }
+        Ok(())
+    }
+}
+
+/// Fails every write of file data.
+struct FailWrites;
+
+impl FsHook for FailWrites {
+    fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
+        match op {
+            FsOp::Write(..) => Err(io::Error::from_raw_os_error(28)), // ENOSPC
+            _ => Ok(()),
+        }
+    }
+}
+
+fn sig() -> NewSignal {
+    let mut s = NewSignal::new(SignalType::Info);
+    s.target(Target::Agent("Executor".into())).message("m");
+    s
+}
+
+#[test]
+fn a_failed_fsync_poisons_the_handle() {
+    let tmp = tempfile::tempdir().unwrap();
+    sigbox::Mailbox::init(tmp.path()).unwrap();
+    let mb = MailboxOptions::new()
+        .hook(Arc::new(FailOneDirSync(AtomicBool::new(false))))
+        .open(tmp.path())
+        .unwrap();
+    let err = mb.send(&sig()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert!(err.to_string().contains("fsync failed"), "{err}");
+    assert!(mb.is_poisoned());
+    // The hook would let this one through; the handle must refuse on its own.
+    let err = mb.send(&sig()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+    let err = mb.pass("Executor", None).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+    // A fresh handle sees the first signal (its rename happened; only its fsync failed) and
+    // works normally.
+    let fresh = sigbox::Mailbox::open(tmp.path()).unwrap();
+    assert_eq!(fresh.pass("Executor", None).unwrap().delivered.len(), 1);
+}
+
+#[test]
+fn a_failed_write_leaves_nothing_visible() {
+    let tmp = tempfile::tempdir().unwrap();
+    sigbox::Mailbox::init(tmp.path()).unwrap();
+    let mb = MailboxOptions::new()
+        .hook(Arc::new(FailWrites))
+        .open(tmp.path())
+        .unwrap();
+    let err = mb.send(&sig()).unwrap_err();
+    assert!(err.to_string().contains("No space left"), "{err}");
+    assert!(!mb.is_poisoned(), "a failed write is not a failed fsync");
+    assert!(sigbox_tests::names(&tmp.path().join("inputs")).is_empty());
+    assert!(
+        sigbox_tests::names(&tmp.path().join("tmp")).is_empty(),
+        "staged file removed"
+    );
+}

@@ -1,0 +1,210 @@
+//! Guards against bad input in the drop zone: every bad file gets a clear reason in
+//! quarantine, nothing is deleted or followed, nothing hangs, and every good signal is still
+//! delivered.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use sigbox::{MailboxOptions, NewSignal, SignalType, Target};
+
+fn send_exec(mb: &sigbox::Mailbox, msg: &str) -> String {
+    mb.send(
+        NewSignal::new(SignalType::Steer)
+            .target(Target::Agent("Executor".into()))
+            .message(msg),
+    )
+    .unwrap()
+}
+
+#[test]
+fn every_kind_of_bad_file_is_quarantined_with_its_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let mut opts = MailboxOptions::new();
+    opts.settle(Duration::ZERO);
+    let mb = opts.init(&root).unwrap();
+    let inputs = root.join("inputs");
+    let first = send_exec(&mb, "before the bad files");
+
+    let w = |name: &str, body: &[u8]| std::fs::write(inputs.join(name), body).unwrap();
+    w("malformed.json", b"{\"type\": \"STEER\", \"target\": ");
+    w("malformed.yaml", b"type: STEER\ntarget: [Executor\n");
+    w("empty.yaml", b"");
+    w("huge.json", &vec![b' '; 10 * 1024 * 1024]);
+    w(
+        "escape.yaml",
+        b"type: STEER\ntarget: ../x\nmessage: climb out\n",
+    );
+    w(
+        "nul.json",
+        b"{\"type\": \"STEER\", \"target\": \"Exec\\u0000utor\"}",
+    );
+    // A valid signal outside the root, reachable only through a symlink or a hard link.
+    let outside = tmp.path().join("outside.yaml");
+    std::fs::write(
+        &outside,
+        b"type: STEER\ntarget: Executor\nmessage: secret\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&outside, inputs.join("link.yaml")).unwrap();
+    std::fs::hard_link(&outside, inputs.join("hardlink.yaml")).unwrap();
+    std::fs::create_dir(inputs.join("adir.yaml")).unwrap();
+    std::fs::write(inputs.join("adir.yaml/inner.yaml"), b"type: INFO\n").unwrap();
+    let fifo = inputs.join("pipe.yaml");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let bad_name = OsStr::from_bytes(b"bad\xffname.yaml");
+    std::fs::write(inputs.join(bad_name), b"type: STEER\ntarget: Executor\n").unwrap();
+    let last = send_exec(&mb, "after the bad files");
+
+    // Run the pass on a thread so that a hang (say, opening the FIFO) fails the test instead of
+    // blocking it forever.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let root2 = root.clone();
+    std::thread::spawn(move || {
+        let mut o = MailboxOptions::new();
+        o.settle(Duration::ZERO);
+        let mb = o.open(&root2).unwrap();
+        tx.send(mb.pass("Executor", None).unwrap()).unwrap();
+    });
+    let pass = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the pass hung on hostile input");
+
+    let ids: Vec<&str> = pass.delivered.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [first.as_str(), last.as_str()],
+        "good signals delivered, nothing else"
+    );
+
+    let expect = [
+        ("malformed.json", "invalid JSON"),
+        ("malformed.yaml", "invalid YAML"),
+        ("empty.yaml", "empty file"),
+        ("huge.json", "over the 1048576 byte cap"),
+        ("escape.yaml", "invalid target \"../x\""),
+        ("nul.json", "invalid target"),
+        ("link.yaml", "symlink"),
+        ("hardlink.yaml", "hard links"),
+        ("adir.yaml", "a directory"),
+        ("pipe.yaml", "FIFO"),
+    ];
+    for (name, needle) in expect {
+        let r = pass
+            .rejected
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("{name} not rejected: {:?}", pass.rejected));
+        assert!(r.reason.contains(needle), "{name}: {}", r.reason);
+        assert_eq!(sigbox_tests::reason(&root, name), r.reason);
+    }
+    let non_utf8 = pass
+        .rejected
+        .iter()
+        .find(|r| r.reason.contains("not UTF-8"))
+        .expect("non-UTF-8 name rejected");
+    assert!(non_utf8.reason.contains("ff"), "{}", non_utf8.reason);
+    assert_eq!(pass.rejected.len(), expect.len() + 1);
+
+    // Nothing deleted, nothing altered, nothing followed.
+    let rej = root.join("rejected");
+    assert_eq!(
+        std::fs::metadata(rej.join("huge.json")).unwrap().len(),
+        10 * 1024 * 1024
+    );
+    assert_eq!(std::fs::read_link(rej.join("link.yaml")).unwrap(), outside);
+    assert!(
+        std::fs::symlink_metadata(rej.join("pipe.yaml"))
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    assert!(rej.join("adir.yaml/inner.yaml").exists());
+    assert!(rej.join(bad_name).exists());
+    assert_eq!(std::fs::read(rej.join("empty.yaml")).unwrap(), b"");
+    assert_eq!(
+        std::fs::read(&outside).unwrap(),
+        b"type: STEER\ntarget: Executor\nmessage: secret\n"
+    );
+    assert!(sigbox_tests::names(&inputs).is_empty());
+    let listed = mb.rejected().unwrap();
+    assert_eq!(listed.len(), expect.len() + 1);
+    assert!(listed.iter().all(|r| r.reason != "(no reason recorded)"));
+}
+
+#[test]
+fn a_file_written_in_two_steps_is_delivered_once_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    // The default settle window (2 s): a hand-written file is trusted once unchanged that long.
+    let mb = sigbox::Mailbox::init(&root).unwrap();
+    let path = root.join("inputs/signal.261122-101500Z.yaml");
+    // A person writes half a signal; alone it would even parse (as a no-target STEER).
+    std::fs::write(&path, "type: STEER\n").unwrap();
+    for agent in ["Executor", "Orchestrator"] {
+        let p = mb.pass(agent, None).unwrap();
+        assert!(
+            p.delivered.is_empty() && p.rejected.is_empty(),
+            "{agent}: delivered early"
+        );
+        assert!(p.next_check.is_some(), "the pass says when to look again");
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    use std::io::Write;
+    f.write_all(b"target: Executor\nmessage: finish the parser first\n")
+        .unwrap();
+    drop(f);
+    let p = mb.pass("Orchestrator", None).unwrap();
+    assert!(p.delivered.is_empty() && p.buffered.is_empty());
+    let wait = p
+        .next_check
+        .unwrap()
+        .duration_since(std::time::SystemTime::now());
+    std::thread::sleep(wait.unwrap_or_default() + Duration::from_millis(50));
+    let p = mb.pass("Executor", None).unwrap();
+    assert_eq!(p.delivered.len(), 1);
+    assert_eq!(
+        p.delivered[0].message.as_deref(),
+        Some("finish the parser first")
+    );
+    assert!(mb.pass("Executor", None).unwrap().delivered.is_empty());
+}
+
+#[test]
+fn invalid_sender_input_is_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mb = sigbox::Mailbox::init(tmp.path()).unwrap();
+    for bad in ["../x", "a/b", "", "ALL", "x\0y", "1abc"] {
+        let err = mb
+            .send(NewSignal::new(SignalType::Info).target(Target::Agent(bad.into())))
+            .unwrap_err();
+        assert_eq!(err.kind(), sigbox::ErrorKind::InvalidName, "{bad:?}");
+        let err = mb.pass(bad, None).unwrap_err();
+        assert!(err.to_string().contains("invalid agent name"), "{err}");
+    }
+    assert!(sigbox_tests::names(&tmp.path().join("inputs")).is_empty());
+    assert!(sigbox_tests::names(&tmp.path().join("tmp")).is_empty());
+}
+
+#[test]
+fn opening_a_missing_root_names_it() {
+    let err = sigbox::Mailbox::open(Path::new("/nonexistent/sigbox-root")).unwrap_err();
+    assert_eq!(err.kind(), sigbox::ErrorKind::NotInitialized);
+    assert!(
+        err.to_string().contains("/nonexistent/sigbox-root/inputs"),
+        "{err}"
+    );
+}
