@@ -596,7 +596,7 @@ impl Mailbox {
         &self,
         dir: &Path,
         source: Source,
-        relevant: &dyn Fn(&name::CanonicalName<'_>) -> bool,
+        relevant: &dyn Fn(&str) -> bool,
         now: SystemTime,
     ) -> Result<Scan> {
         let entries = self.io.list(dir, source == Source::Buffer)?;
@@ -604,6 +604,14 @@ impl Mailbox {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let mut seen_foreign = false;
         for entry in entries {
+            if entry.kind == EntryKind::File {
+                // The fast path: another agent's signal is skipped on its name's shape alone.
+                if let Some(target) = entry.name.to_str().and_then(name::canonical_target) {
+                    if !relevant(target) {
+                        continue;
+                    }
+                }
+            }
             let kind = match entry.kind {
                 EntryKind::File => name::classify(&entry.name),
                 _ => NameKind::Stray,
@@ -611,6 +619,13 @@ impl Mailbox {
             let canon = match kind {
                 NameKind::InProgress => continue,
                 NameKind::Canonical(c) => c,
+                NameKind::BadCanonical => {
+                    let reason = "name has the canonical shape but invalid fields (time, unique \
+                                  part, type or target)"
+                        .to_string();
+                    scan.rejects.push((entry.name, source, reason));
+                    continue;
+                }
                 NameKind::Foreign { instant, format } if entry.kind == EntryKind::File => {
                     seen_foreign = true;
                     self.scan_foreign(
@@ -623,9 +638,6 @@ impl Mailbox {
                     continue;
                 }
             };
-            if !relevant(&canon) {
-                continue;
-            }
             let item = Item {
                 instant: canon.instant,
                 type_name: canon.type_name.to_string(),
@@ -798,9 +810,7 @@ impl Mailbox {
         let now = SystemTime::now();
         // A subagent only ever acts on its own, broadcast, and (none) files: skip the rest by
         // name. APPROVE/SKIP are never for a subagent.
-        let relevant = |c: &name::CanonicalName<'_>| -> bool {
-            is_orch || c.target == agent || c.target == "ALL"
-        };
+        let relevant = |target: &str| -> bool { is_orch || target == agent || target == "ALL" };
         let mut scan = self.scan(&self.inputs, Source::Inputs, &relevant, now)?;
         let own = self.buffered.join(agent);
         let buf = self.scan(&own, Source::Buffer, &|_| true, now)?;
@@ -1283,7 +1293,7 @@ impl Mailbox {
         let scan = self.scan(
             &self.inputs,
             Source::Inputs,
-            &|c| c.target == "ALL",
+            &|t| t == "ALL",
             SystemTime::now(),
         )?;
         let mut out = Vec::new();

@@ -23,6 +23,9 @@ pub enum NameKind<'a> {
     InProgress,
     /// A name sigbox wrote: routing comes from the name alone.
     Canonical(CanonicalName<'a>),
+    /// A name of the canonical shape whose fields are invalid (say, month 13): never read as
+    /// anything else; the mailbox quarantines it.
+    BadCanonical,
     /// A `.json`, `.yaml` or `.yml` file under any other name; `instant` is set for the
     /// upstream Ralph forms (`signal.YYMMDD-HHmmss[...].yaml` and friends).
     Foreign {
@@ -82,8 +85,11 @@ pub fn classify(name: &OsStr) -> NameKind<'_> {
     if name.starts_with('.') || name.ends_with(".tmp") {
         return NameKind::InProgress;
     }
-    if let Some(c) = parse_canonical(name) {
-        return NameKind::Canonical(c);
+    if canonical_target(name).is_some() {
+        return match parse_canonical(name) {
+            Some(c) => NameKind::Canonical(c),
+            None => NameKind::BadCanonical,
+        };
     }
     let (stem, format) = if let Some(s) = name.strip_suffix(".json") {
         (s, Format::Json)
@@ -113,43 +119,102 @@ pub fn signal_id(name: &str) -> &str {
     name
 }
 
+/// The target field of a name of the canonical *shape* (`signal.` + 15 + `.` + 7 + `.` + 32
+/// + `.TYPE.TARGET.json`, separators at fixed offsets), without validating the other fields.
+///
+/// A checkpoint uses this to skip other agents' signals at the cost of a few byte compares;
+/// names of this shape are never read as foreign files, so skipping them is always right.
+pub fn canonical_target(name: &str) -> Option<&str> {
+    let b = name.as_bytes();
+    if b.len() < 64 + 2 + 5
+        || !b.starts_with(b"signal.")
+        || !b.ends_with(b".json")
+        || b[15] != b'T'
+        || b[22] != b'.'
+        || b[29] != b'Z'
+        || b[30] != b'.'
+        || b[63] != b'.'
+    {
+        return None;
+    }
+    let rest = &name[64..name.len() - 5];
+    rest.split_once('.').map(|(_, target)| target)
+}
+
 /// Parses a canonical name; `None` when `name` is not one.
+///
+/// This runs for every entry of the drop zone at every checkpoint, so it is one pass over the
+/// bytes with no allocation and no calendar library: the fixed-width fields sit at fixed
+/// offsets.
 pub fn parse_canonical(name: &str) -> Option<CanonicalName<'_>> {
-    let rest = name.strip_prefix("signal.")?.strip_suffix(".json")?;
-    // Routing reads the target first: a checkpoint skips foreign targets without parsing more.
-    let (rest, target) = rest.rsplit_once('.')?;
-    let (rest, type_name) = rest.rsplit_once('.')?;
-    let (rest, unique) = rest.rsplit_once('.')?;
-    let (day_time, micros) = rest.split_once('.')?;
+    // signal.YYYYMMDDTHHMMSS.ffffffZ.<32 hex>.TYPE.TARGET.json
+    // 0      7              22      30       63
+    const HEAD: usize = 64;
+    canonical_target(name)?;
+    let b = name.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<u32> {
+        let mut n = 0u32;
+        for &c in &b[r] {
+            if !c.is_ascii_digit() {
+                return None;
+            }
+            n = n * 10 + u32::from(c - b'0');
+        }
+        Some(n)
+    };
+    let (year, month, day) = (num(7..11)?, num(11..13)?, num(13..15)?);
+    let (hour, min, sec) = (num(16..18)?, num(18..20)?, num(20..22)?);
+    let micros = num(23..29)?;
+    let unique = &name[31..63];
+    if !unique.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let rest = &name[HEAD..name.len() - 5];
+    let (type_name, target) = rest.split_once('.')?;
+    if type_name.is_empty() || !type_name.bytes().all(|c| c.is_ascii_uppercase()) {
+        return None;
+    }
     if !(target == "ALL" || target == "_" || valid_agent(target)) {
         return None;
     }
-    if type_name.is_empty() || !type_name.bytes().all(|b| b.is_ascii_uppercase()) {
+    if !(1..=12).contains(&month)
+        || day == 0
+        || day > days_in_month(year, month)
+        || hour > 23
+        || min > 59
+        || sec > 59
+    {
         return None;
     }
-    if unique.len() != 32 || !unique.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let micros = micros.strip_suffix('Z')?;
-    if micros.len() != 6 || day_time.len() != 15 || day_time.as_bytes()[8] != b'T' {
-        return None;
-    }
-    let date = digits(&day_time[..8])?;
-    let time = digits(&day_time[9..])?;
-    let micros = digits(micros)?;
-    let dt = naive(
-        date / 10_000,
-        (date / 100 % 100) as u32,
-        (date % 100) as u32,
-        time,
-    )?;
-    let instant = i128::from(dt.and_utc().timestamp()) * 1_000_000_000 + i128::from(micros) * 1000;
+    let days = days_from_civil(i64::from(year), month, day);
+    let secs = days * 86_400 + i64::from(hour * 3600 + min * 60 + sec);
+    let instant = i128::from(secs) * 1_000_000_000 + i128::from(micros) * 1000;
     Some(CanonicalName {
         instant,
         unique,
         type_name,
         target,
     })
+}
+
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Formats a canonical name.
@@ -303,6 +368,24 @@ mod tests {
             let name = format!("signal.20261122T101500.123456Z.{u}.STEER.{t}.json");
             assert_eq!(parse_canonical(&name), None, "{name}");
         }
+    }
+
+    #[test]
+    fn canonical_checks_the_calendar() {
+        let u = "0193f0c2a4b07c3e9d2f5a6b7c8d9e0f";
+        for ts in [
+            "20260230T101500.000000Z",
+            "20261322T101500.000000Z",
+            "20261122T241500.000000Z",
+        ] {
+            let name = format!("signal.{ts}.{u}.STEER.Executor.json");
+            assert_eq!(parse_canonical(&name), None, "{name}");
+        }
+        let leap = format!("signal.20240229T000000.000001Z.{u}.INFO._.json");
+        let c = parse_canonical(&leap).unwrap();
+        let want = DateTime::parse_from_rfc3339("2024-02-29T00:00:00.000001Z").unwrap();
+        assert_eq!(c.instant, want.timestamp_nanos_opt().unwrap() as i128);
+        assert_eq!(c.target(), Target::None);
     }
 
     #[test]

@@ -1,0 +1,126 @@
+//! Checkpoint pass and durable send, beside the bare syscalls for the same work.
+//!
+//! Run: `cargo run --release -p sigbox-bench --bin checkpoint [-- DIR]` (DIR: where to put
+//! the mailbox; default a temporary directory under the current one, so the numbers are for
+//! the filesystem you care about, not tmpfs).
+
+use std::fs::{self, File};
+use std::hint::black_box;
+use std::io::Write;
+use std::path::Path;
+
+use sigbox::{Mailbox, NewSignal, SignalType, Target};
+use sigbox_bench::{Stats, paired, ratio, us};
+
+fn bare_read_dir(dir: &Path) {
+    for e in fs::read_dir(dir).unwrap() {
+        black_box(e.unwrap().file_name());
+    }
+}
+
+fn row(what: &str, base_name: &str, base: Stats, sigbox: Stats, target: &str) {
+    println!(
+        "| {what} | {} / {} | {} / {} | {:.2}x / {:.2}x | {target} |",
+        us(base.p50),
+        us(base.p99),
+        us(sigbox.p50),
+        us(sigbox.p99),
+        ratio(sigbox.p50, base.p50),
+        ratio(sigbox.p99, base.p99),
+    );
+    let _ = base_name;
+}
+
+fn main() {
+    let parent = std::env::args().nth(1).unwrap_or_else(|| ".".into());
+    let tmp = tempfile::Builder::new()
+        .prefix("sigbox-bench-")
+        .tempdir_in(&parent)
+        .unwrap();
+    let root = tmp.path().join("signals");
+    let mb = Mailbox::init(&root).unwrap();
+    let inputs = root.join("inputs");
+
+    println!("| operation | baseline p50 / p99 | sigbox p50 / p99 | ratio p50 / p99 | target |");
+    println!("|---|---|---|---|---|");
+
+    // Empty inbox: one checkpoint pass for the Executor vs a bare read_dir of inputs/.
+    let (base, sb) = paired(
+        20_000,
+        1_000,
+        || bare_read_dir(&inputs),
+        || {
+            black_box(mb.pass("Executor", None).unwrap());
+        },
+    );
+    row("empty pass vs read_dir", "read_dir", base, sb, "p50 <= 2x");
+
+    // 10,000 pending signals for other agents: routed from names, no file opened.
+    for i in 0..10_000 {
+        let who = ["Planner", "Reviewer", "Questioner", "Librarian"][i % 4];
+        mb.send(
+            NewSignal::new(SignalType::Info)
+                .target(Target::Agent(who.into()))
+                .message("pending"),
+        )
+        .unwrap();
+    }
+    let (base, sb) = paired(
+        400,
+        20,
+        || bare_read_dir(&inputs),
+        || {
+            let p = mb.pass("Executor", None).unwrap();
+            assert!(p.delivered.is_empty());
+        },
+    );
+    row(
+        "pass, 10,000 foreign pending vs read_dir",
+        "read_dir",
+        base,
+        sb,
+        "p99 <= 1.3x",
+    );
+
+    // Durable send vs write + fsync + rename + fsync(dir) in the same directories.
+    let floor_dir = tmp.path().join("floor");
+    fs::create_dir_all(floor_dir.join("tmp")).unwrap();
+    fs::create_dir_all(floor_dir.join("inputs")).unwrap();
+    let body = br#"{"id":"x","type":"STEER","target":"Executor","message":"m","created_at":"2026-11-22T10:15:00.123456Z"}
+"#;
+    let mut k = 0u64;
+    let (base, sb) = paired(
+        300,
+        20,
+        || {
+            k += 1;
+            let t = floor_dir.join(format!("tmp/{k}.tmp"));
+            let d = floor_dir.join(format!("inputs/{k}.json"));
+            let mut f = File::create_new(&t).unwrap();
+            f.write_all(body).unwrap();
+            f.sync_all().unwrap();
+            fs::rename(&t, &d).unwrap();
+            File::open(floor_dir.join("inputs"))
+                .unwrap()
+                .sync_all()
+                .unwrap();
+        },
+        || {
+            mb.send(
+                NewSignal::new(SignalType::Steer)
+                    .target(Target::Agent("Executor".into()))
+                    .message("m"),
+            )
+            .unwrap();
+        },
+    );
+    row(
+        "durable send vs write+fsync+rename+fsync(dir)",
+        "floor",
+        base,
+        sb,
+        "p50 <= 1.15x",
+    );
+    println!();
+    println!("filesystem: {}", parent);
+}
