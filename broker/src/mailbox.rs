@@ -169,10 +169,10 @@ impl MailboxOptions {
             }
         }
         for dir in missing.iter().rev() {
-            if mb.io.create_dir(dir)? {
-                if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    mb.io.sync_dir(parent)?;
-                }
+            if mb.io.create_dir(dir)?
+                && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty())
+            {
+                mb.io.sync_dir(parent)?;
             }
         }
         let mut created = false;
@@ -221,10 +221,13 @@ struct Scan {
     settling: Vec<OsString>,
 }
 
+/// A dropped file's parse result: its body instant and body, or the reason it is invalid.
+type Peeked = std::result::Result<(Option<i128>, Body), String>;
+
 #[derive(Default)]
 struct Cache {
     /// Parsed foreign files, valid while the file's stamp is unchanged.
-    peeks: HashMap<OsString, (Stamp, std::result::Result<(Option<i128>, Body), String>)>,
+    peeks: HashMap<OsString, (Stamp, Peeked)>,
     /// Broadcasts this handle knows are acked, per agent.
     acked: HashSet<(String, OsString)>,
 }
@@ -606,10 +609,10 @@ impl Mailbox {
         for entry in entries {
             if entry.kind == EntryKind::File {
                 // The fast path: another agent's signal is skipped on its name's shape alone.
-                if let Some(target) = entry.name.to_str().and_then(name::canonical_target) {
-                    if !relevant(target) {
-                        continue;
-                    }
+                if let Some(target) = entry.name.to_str().and_then(name::canonical_target)
+                    && !relevant(target)
+                {
+                    continue;
                 }
             }
             let kind = match entry.kind {
@@ -759,13 +762,7 @@ impl Mailbox {
     }
 
     /// Reads and parses a dropped file. `Ok(None)` when it vanished.
-    #[allow(clippy::type_complexity)]
-    fn peek_foreign(
-        &self,
-        path: &Path,
-        name: &OsStr,
-        format: Format,
-    ) -> Result<Option<std::result::Result<(Option<i128>, Body), String>>> {
+    fn peek_foreign(&self, path: &Path, name: &OsStr, format: Format) -> Result<Option<Peeked>> {
         let s = name.to_str().unwrap_or_default();
         if s.chars().any(char::is_control) {
             return Ok(Some(Err("file name contains control characters".into())));
@@ -994,7 +991,7 @@ impl Mailbox {
                     if attempt == 0 && self.same_signal(&src, &dest)? {
                         // An earlier claim of this very file was interrupted by a crash before
                         // it removed the source durably, so it was never handed over: redo it.
-                        if !self.io.stamp(&src)?.is_some() {
+                        if self.io.stamp(&src)?.is_none() {
                             return Ok(None);
                         }
                         match self.io.rename_replace(&src, &dest) {
@@ -1067,12 +1064,10 @@ impl Mailbox {
             Read_::Bytes(bytes, _) => {
                 let fname = lossy(name);
                 let format = signal::format_of(&fname);
-                match signal::parse_body(&bytes, format)
-                    .map_err(|r| r)
-                    .and_then(|body| {
-                        Signal::from_body(body, name::signal_id(&fname), dest)
-                            .map_err(|e| e.reason().to_string())
-                    }) {
+                match signal::parse_body(&bytes, format).and_then(|body| {
+                    Signal::from_body(body, name::signal_id(&fname), dest)
+                        .map_err(|e| e.reason().to_string())
+                }) {
                     Ok(mut sig) => {
                         let text = annotate(&bytes, format, &sig.fields, extra);
                         let stage = atomic::stage_name(&self.tmp, "record");
@@ -1178,13 +1173,12 @@ impl Mailbox {
         let id = name::signal_id(&lossy(name)).to_string();
         let mut out = HashSet::new();
         for e in self.io.list(&self.acks.join(&id), true)? {
-            if let Some(n) = e.name.to_str() {
-                if let Some(a) = n
+            if let Some(n) = e.name.to_str()
+                && let Some(a) = n
                     .strip_suffix(".ack")
                     .or_else(|| n.strip_suffix(".ack.yaml"))
-                {
-                    out.insert(a.to_string());
-                }
+            {
+                out.insert(a.to_string());
             }
         }
         Ok(out)
@@ -1480,10 +1474,10 @@ fn annotate(
                 }
                 if let Ok(t) = serde_saphyr::to_string(&Value::Object(tail)) {
                     out.extend_from_slice(t.as_bytes());
-                    if let Ok(body) = signal::parse_body(&out, Format::Yaml) {
-                        if body.fields == merged {
-                            return out;
-                        }
+                    if let Ok(body) = signal::parse_body(&out, Format::Yaml)
+                        && body.fields == merged
+                    {
+                        return out;
                     }
                 }
             }

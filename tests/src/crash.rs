@@ -156,7 +156,7 @@ impl Model {
         }
     }
 
-    fn rel<'p>(&self, p: &'p Path) -> Vec<OsString> {
+    fn rel(&self, p: &Path) -> Vec<OsString> {
         let rel = p
             .strip_prefix(&self.root)
             .unwrap_or_else(|_| panic!("{} is outside the model's root", p.display()));

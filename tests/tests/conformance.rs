@@ -72,10 +72,10 @@ fn run_vector(v: &Value) -> Result<(), String> {
                     return Err(format!("{ctx}: types {got:?}"));
                 }
             }
-            if let Some(s) = step.get("stopped").and_then(Value::as_bool) {
-                if pass.stopped != s {
-                    return Err(format!("{ctx}: stopped = {}", pass.stopped));
-                }
+            if let Some(s) = step.get("stopped").and_then(Value::as_bool)
+                && pass.stopped != s
+            {
+                return Err(format!("{ctx}: stopped = {}", pass.stopped));
             }
             if let Some(b) = step.get("buffered") {
                 let want: Vec<(String, String)> = b
@@ -91,10 +91,10 @@ fn run_vector(v: &Value) -> Result<(), String> {
                     return Err(format!("{ctx}: buffered {:?}", pass.buffered));
                 }
             }
-            if let Some(a) = step.get("archived") {
-                if pass.archived != strings(a) {
-                    return Err(format!("{ctx}: archived {:?}", pass.archived));
-                }
+            if let Some(a) = step.get("archived")
+                && pass.archived != strings(a)
+            {
+                return Err(format!("{ctx}: archived {:?}", pass.archived));
             }
             if let Some(r) = step.get("rejected") {
                 let want = r.as_array().unwrap();
@@ -161,10 +161,10 @@ fn run_vector(v: &Value) -> Result<(), String> {
                     return Err(format!("{ctx}: handling_metadata lacks {k}: {meta}"));
                 }
             }
-            if let Some(by) = step.get("handled_by") {
-                if &meta["handled_by"] != by {
-                    return Err(format!("{ctx}: handled_by {}", meta["handled_by"]));
-                }
+            if let Some(by) = step.get("handled_by")
+                && &meta["handled_by"] != by
+            {
+                return Err(format!("{ctx}: handled_by {}", meta["handled_by"]));
             }
         } else {
             panic!("unknown step {step}");
