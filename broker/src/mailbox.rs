@@ -424,6 +424,22 @@ impl Mailbox {
         self.io.is_poisoned()
     }
 
+    /// True when the filesystem under the root delivers change events that a waiter can rely
+    /// on; false on network and FUSE filesystems, where waiting must poll.
+    pub fn events_reliable(&self) -> bool {
+        !crate::sys::is_remote_fs(&self.root)
+    }
+
+    /// The directories a waiter for `agent` must watch: `inputs/` and the buffers.
+    pub fn watch_dirs(&self) -> [&Path; 2] {
+        [&self.inputs, &self.buffered]
+    }
+
+    /// The staging directory `tmp/`.
+    pub fn tmp_dir(&self) -> &Path {
+        &self.tmp
+    }
+
     /// True when `agent` is the orchestrator.
     pub fn is_orchestrator(&self, agent: &str) -> bool {
         agent == self.opts.orchestrator

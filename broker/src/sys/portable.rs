@@ -53,3 +53,7 @@ pub(crate) fn is_special(_ft: &std::fs::FileType) -> bool {
 pub(crate) fn name_bytes(name: &std::ffi::OsStr) -> &[u8] {
     name.as_encoded_bytes()
 }
+
+pub(crate) fn is_remote_fs(_path: &Path) -> bool {
+    false
+}

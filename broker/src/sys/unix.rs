@@ -79,3 +79,31 @@ pub(crate) fn name_bytes(name: &std::ffi::OsStr) -> &[u8] {
     use std::os::unix::ffi::OsStrExt;
     name.as_bytes()
 }
+
+/// True when `path` is on a filesystem that does not deliver change events for writes made by
+/// other machines (network and FUSE filesystems): waiting there must poll.
+pub(crate) fn is_remote_fs(path: &Path) -> bool {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        const REMOTE: [i64; 9] = [
+            0x6969,              // NFS
+            0x517B,              // SMB
+            0xFF53_4D42_u32 as i64, // CIFS
+            0xFE53_4D42_u32 as i64, // SMB2
+            0x6573_5546,         // FUSE (sshfs, ...)
+            0x00C3_6400,         // Ceph
+            0x5346_414F,         // AFS
+            0x0102_1997,         // 9p
+            0x0BD0_0BD0,         // Lustre
+        ];
+        match rustix::fs::statfs(path) {
+            Ok(st) => REMOTE.contains(&(st.f_type as i64)),
+            Err(_) => false,
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = path;
+        false
+    }
+}
