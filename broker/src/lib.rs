@@ -27,6 +27,7 @@
 #![deny(missing_docs)]
 
 mod atomic;
+mod doctor;
 mod error;
 mod io;
 mod mailbox;
@@ -34,6 +35,7 @@ pub mod name;
 mod signal;
 mod sys;
 
+pub use doctor::{Finding, Severity, diagnose};
 pub use error::{Error, ErrorKind, Result};
 pub use io::{Durability, FsHook, FsOp};
 pub use mailbox::{

@@ -299,3 +299,8 @@ impl Checkpoint {
         }
     }
 }
+
+/// The README's Rust examples, compiled as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

@@ -57,3 +57,15 @@ pub(crate) fn name_bytes(name: &std::ffi::OsStr) -> &[u8] {
 pub(crate) fn is_remote_fs(_path: &Path) -> bool {
     false
 }
+
+pub(crate) fn writable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.permissions().readonly())
+}
+
+pub(crate) fn mode_string(_path: &Path) -> String {
+    String::new()
+}
+
+pub(crate) fn device(_path: &Path) -> Option<u64> {
+    None
+}

@@ -86,17 +86,19 @@ pub(crate) fn is_remote_fs(path: &Path) -> bool {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         const REMOTE: [i64; 9] = [
-            0x6969,              // NFS
-            0x517B,              // SMB
+            0x6969,                 // NFS
+            0x517B,                 // SMB
             0xFF53_4D42_u32 as i64, // CIFS
             0xFE53_4D42_u32 as i64, // SMB2
-            0x6573_5546,         // FUSE (sshfs, ...)
-            0x00C3_6400,         // Ceph
-            0x5346_414F,         // AFS
-            0x0102_1997,         // 9p
-            0x0BD0_0BD0,         // Lustre
+            0x6573_5546,            // FUSE (sshfs, ...)
+            0x00C3_6400,            // Ceph
+            0x5346_414F,            // AFS
+            0x0102_1997,            // 9p
+            0x0BD0_0BD0,            // Lustre
         ];
         match rustix::fs::statfs(path) {
+            // `f_type`'s width differs between targets (i32, i64, u32).
+            #[allow(clippy::unnecessary_cast)]
             Ok(st) => REMOTE.contains(&(st.f_type as i64)),
             Err(_) => false,
         }
@@ -106,4 +108,31 @@ pub(crate) fn is_remote_fs(path: &Path) -> bool {
         let _ = path;
         false
     }
+}
+
+/// True when this process may create and remove entries in directory `path`.
+pub(crate) fn writable(path: &Path) -> bool {
+    use rustix::fs::{Access, AtFlags, CWD, accessat};
+    accessat(
+        CWD,
+        path,
+        Access::WRITE_OK | Access::EXEC_OK,
+        AtFlags::EACCESS,
+    )
+    .is_ok()
+}
+
+/// The permission bits of `path`, as `mode 0755`.
+pub(crate) fn mode_string(path: &Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(path) {
+        Ok(m) => format!("mode {:04o}", m.permissions().mode() & 0o7777),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The device a path is on.
+pub(crate) fn device(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.dev())
 }

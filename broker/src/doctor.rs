@@ -1,0 +1,206 @@
+//! `doctor`: checks a mailbox root and explains every problem it finds.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::mailbox::{LAYOUT, MailboxOptions};
+use crate::name::{self, NameKind};
+
+/// How bad a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Worth knowing; nothing is wrong.
+    Info,
+    /// Something is wrong or will go wrong.
+    Problem,
+}
+
+/// One thing `doctor` found.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// How bad it is.
+    pub severity: Severity,
+    /// The file or directory concerned.
+    pub path: PathBuf,
+    /// What is wrong, and what to do about it.
+    pub message: String,
+}
+
+/// Write attempts older than this are reported as stale.
+const STALE: Duration = Duration::from_secs(3600);
+
+/// Checks the mailbox at `root` without changing anything.
+pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut problem = |path: &Path, message: String| {
+        out.push(Finding {
+            severity: Severity::Problem,
+            path: path.to_path_buf(),
+            message,
+        })
+    };
+    match std::fs::symlink_metadata(root) {
+        Err(e) => {
+            problem(
+                root,
+                format!("cannot read the root ({e}); create it with `sigbox init`"),
+            );
+            return out;
+        }
+        Ok(m) if !m.is_dir() => {
+            problem(root, "the root is not a directory".into());
+            return out;
+        }
+        Ok(_) => {}
+    }
+    for dir in LAYOUT {
+        let p = root.join(dir);
+        match std::fs::symlink_metadata(&p) {
+            Err(_) => problem(&p, "missing; run `sigbox init` to create the layout".into()),
+            Ok(m) if m.file_type().is_symlink() => problem(
+                &p,
+                "is a symlink: renames across it may leave the filesystem and lose atomicity; \
+                 make it a real directory"
+                    .into(),
+            ),
+            Ok(m) if !m.is_dir() => problem(&p, "is not a directory".into()),
+            Ok(_) => {
+                if !crate::sys::writable(&p) {
+                    problem(
+                        &p,
+                        format!(
+                            "not writable by this user ({}); agents and senders need write \
+                             access here",
+                            crate::sys::mode_string(&p)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    if let (Some(a), Some(b)) = (
+        crate::sys::device(&root.join("tmp")),
+        crate::sys::device(&root.join("inputs")),
+    ) && a != b
+    {
+        problem(
+            &root.join("tmp"),
+            "on a different filesystem from inputs/: the atomic rename from tmp/ would fail \
+                 (EXDEV); keep the whole root on one filesystem"
+                .into(),
+        );
+    }
+    if crate::sys::is_remote_fs(root) {
+        out.push(Finding {
+            severity: Severity::Info,
+            path: root.to_path_buf(),
+            message: "on a network or FUSE filesystem: waits poll instead of using events, and \
+                      locking and rename atomicity are only as good as the server's"
+                .into(),
+        });
+    }
+    let Ok(mb) = opts.open(root) else {
+        return out;
+    };
+    if let Ok(rejected) = mb.rejected() {
+        for r in rejected {
+            out.push(Finding {
+                severity: Severity::Problem,
+                path: r.path,
+                message: format!("quarantined: {}", r.reason),
+            });
+        }
+    }
+    if let Ok(problems) = mb.problems() {
+        for (p, reason) in problems {
+            let severity = if reason.contains("waiting for the writer") {
+                Severity::Info
+            } else {
+                Severity::Problem
+            };
+            out.push(Finding {
+                severity,
+                path: p,
+                message: if severity == Severity::Problem {
+                    format!("{reason}; the next checkpoint pass will quarantine it")
+                } else {
+                    reason
+                },
+            });
+        }
+    }
+    let now = SystemTime::now();
+    let old = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > STALE)
+    };
+    for e in std::fs::read_dir(root.join("inputs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let p = e.path();
+        let n = e.file_name();
+        if name::classify(&n) == NameKind::InProgress && old(&p) {
+            out.push(Finding {
+                severity: Severity::Problem,
+                path: p,
+                message: "a write in progress (dot-file or *.tmp) unchanged for over an hour: \
+                          probably abandoned by a crashed writer; it is never delivered, remove \
+                          it or rename it to a signal name"
+                    .into(),
+            });
+        }
+    }
+    if let Ok(pending) = mb.pending() {
+        for p in pending {
+            if crate::SignalType::parse(&p.type_name).is_none() {
+                out.push(Finding {
+                    severity: Severity::Info,
+                    path: p.path,
+                    message: format!(
+                        "unknown type {:?}: no agent takes it; it stays in inputs/",
+                        p.type_name
+                    ),
+                });
+            }
+        }
+    }
+    let stale_tmp = std::fs::read_dir(root.join("tmp"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| old(&e.path()))
+        .count();
+    if stale_tmp > 0 {
+        out.push(Finding {
+            severity: Severity::Problem,
+            path: root.join("tmp"),
+            message: format!(
+                "{stale_tmp} staging file(s) older than an hour, left by crashed writers; run \
+                 `sigbox gc`"
+            ),
+        });
+    }
+    if let Ok(processed) = mb.processed() {
+        for s in processed {
+            match s {
+                Ok(s) if !s.fields.contains_key("handling_metadata") => out.push(Finding {
+                    severity: Severity::Info,
+                    path: s.path,
+                    message: "claimed but never annotated: a consumer crashed between its claim \
+                              and the hand-over; the signal may not have been acted on"
+                        .into(),
+                }),
+                Ok(_) => {}
+                Err(e) => out.push(Finding {
+                    severity: Severity::Problem,
+                    path: e.path().map(Path::to_path_buf).unwrap_or_default(),
+                    message: format!("unreadable processed record: {}", e.reason()),
+                }),
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,91 @@
+//! Stable output: one JSON object per line with `--json`, short aligned lines otherwise.
+
+use std::io::{self, Write};
+
+use serde_json::{Value, json};
+use sigbox::{Signal, Target};
+
+/// Writes lines to stdout; a closed pipe surfaces as an error that `main` treats as success.
+pub(crate) struct Out {
+    json: bool,
+    stdout: io::StdoutLock<'static>,
+}
+
+impl Out {
+    pub(crate) fn new(json: bool) -> Out {
+        Out {
+            json,
+            stdout: io::stdout().lock(),
+        }
+    }
+
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+
+    /// Writes `value` as one JSON line (in JSON mode) or `human` (otherwise).
+    pub(crate) fn emit(&mut self, value: &Value, human: impl FnOnce() -> String) -> io::Result<()> {
+        if self.json {
+            serde_json::to_writer(&mut self.stdout, value)?;
+            writeln!(self.stdout)
+        } else {
+            writeln!(self.stdout, "{}", human())
+        }
+    }
+
+    pub(crate) fn line(&mut self, s: &str) -> io::Result<()> {
+        writeln!(self.stdout, "{s}")
+    }
+
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        self.stdout.flush()
+    }
+}
+
+pub(crate) fn target_json(t: &Target) -> Value {
+    match t {
+        Target::All => json!("ALL"),
+        Target::None => Value::Null,
+        Target::Agent(a) => json!(a),
+    }
+}
+
+/// The JSON form of a delivered signal: `id`, `type` (upper case; STOP as ABORT), `target`,
+/// `message`, `created_at`, `from`, `iteration`, `path`, and `fields` (the whole body).
+pub(crate) fn signal_json(s: &Signal) -> Value {
+    json!({
+        "id": s.id,
+        "type": s.signal_type.as_str(),
+        "target": target_json(&s.target),
+        "message": s.message,
+        "created_at": s.created_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+        "from": s.from,
+        "iteration": s.iteration,
+        "path": s.path,
+        "fields": Value::Object(s.fields.clone()),
+    })
+}
+
+pub(crate) fn signal_human(s: &Signal) -> String {
+    format!(
+        "{:<7} {:<12} {}  {}",
+        s.signal_type.as_str(),
+        s.target.to_string(),
+        s.id,
+        s.message.as_deref().unwrap_or("").replace('\n', " ")
+    )
+}
+
+/// A short age: `42s`, `5m`, `3h`, `2d`.
+pub(crate) fn age(ns_since_epoch: i128) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    let secs = ((now - ns_since_epoch) / 1_000_000_000).max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}

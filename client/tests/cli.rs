@@ -1,0 +1,408 @@
+//! Guards the `sigbox` command line end to end, through the real binary: every command, its
+//! exit codes, its `--json` output, and its errors.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
+
+struct Env {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("signals");
+        let env = Env { _dir: dir, root };
+        env.ok(&["init"]);
+        env
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.env("SIGBOX_ROOT", &self.root)
+            .env_remove("RUST_LOG")
+            .args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "sigbox {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json_lines(&self, args: &[&str]) -> Vec<Value> {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        self.ok(&a)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect()
+    }
+
+    fn inputs(&self) -> PathBuf {
+        self.root.join("inputs")
+    }
+}
+
+fn stderr_line(out: &Output) -> String {
+    let s = String::from_utf8(out.stderr.clone()).unwrap();
+    assert_eq!(s.lines().count(), 1, "exactly one line on stderr: {s:?}");
+    s
+}
+
+#[test]
+fn init_is_idempotent_and_creates_the_layout() {
+    let env = Env::new();
+    env.ok(&["init"]);
+    for d in sigbox::LAYOUT {
+        assert!(env.root.join(d).is_dir(), "{d}");
+    }
+}
+
+#[test]
+fn send_then_poll_delivers_once_with_json_fields() {
+    let env = Env::new();
+    let id = env.ok(&[
+        "send",
+        "steer",
+        "use the v2 API",
+        "--target",
+        "Executor",
+        "--from",
+        "alice",
+        "--iteration",
+        "3",
+    ]);
+    let id = id.trim();
+    assert!(
+        id.starts_with("signal.") && id.ends_with(".STEER.Executor"),
+        "{id}"
+    );
+    // Another agent's poll: nothing, exit 0, no output.
+    assert_eq!(env.ok(&["poll", "--as", "Planner"]), "");
+    let got = env.json_lines(&["poll", "--as", "Executor"]);
+    assert_eq!(got.len(), 1);
+    let s = &got[0];
+    assert_eq!(s["id"], id);
+    assert_eq!(s["type"], "STEER");
+    assert_eq!(s["target"], "Executor");
+    assert_eq!(s["message"], "use the v2 API");
+    assert_eq!(s["from"], "alice");
+    assert_eq!(s["iteration"], 3);
+    assert!(s["created_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        env.ok(&["poll", "--as", "Executor"]),
+        "",
+        "never delivered twice"
+    );
+}
+
+#[test]
+fn type_is_case_insensitive_stop_is_abort_and_target_defaults_to_all() {
+    let env = Env::new();
+    env.ok(&["send", "Stop", "halt", "--target", "Executor"]);
+    env.ok(&["send", "info", "everyone"]);
+    let got = env.json_lines(&["poll", "--as", "Executor"]);
+    assert_eq!(got[0]["type"], "ABORT");
+    assert_eq!(got.len(), 1, "the pass stops after ABORT");
+    let got = env.json_lines(&["poll", "--as", "Executor"]);
+    assert_eq!(got[0]["target"], "ALL");
+    assert_eq!(got[0]["message"], "everyone");
+}
+
+#[test]
+fn send_reads_the_message_from_stdin() {
+    let env = Env::new();
+    let mut child = env
+        .cmd(&["send", "info", "-", "--target", "Reviewer"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"line one\nline two\n")
+        .unwrap();
+    assert!(child.wait_with_output().unwrap().status.success());
+    let got = env.json_lines(&["poll", "--as", "Reviewer"]);
+    assert_eq!(got[0]["message"], "line one\nline two");
+}
+
+#[test]
+fn orchestrator_state_gates_approve() {
+    let env = Env::new();
+    env.ok(&["send", "approve", "ok", "--target", "Orchestrator"]);
+    assert_eq!(
+        env.ok(&["poll", "--as", "Orchestrator", "--state", "PLANNING"]),
+        ""
+    );
+    let got = env.json_lines(&[
+        "poll",
+        "--as",
+        "Orchestrator",
+        "--state",
+        "KNOWLEDGE_APPROVAL",
+    ]);
+    assert_eq!(got[0]["type"], "APPROVE");
+}
+
+#[test]
+fn wait_wakes_when_a_signal_is_dropped_while_it_blocks() {
+    let env = Env::new();
+    let child = env
+        .cmd(&["--json", "wait", "--as", "Executor", "--timeout", "30s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    env.ok(&["send", "steer", "now", "--target", "Executor"]);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["message"], "now");
+}
+
+#[test]
+fn wait_polling_fallback_without_events() {
+    let env = Env::new();
+    let child = env
+        .cmd(&[
+            "--json",
+            "-vv",
+            "wait",
+            "--as",
+            "Executor",
+            "--timeout",
+            "30s",
+            "--poll",
+            "100ms",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    env.ok(&["send", "info", "polled", "--target", "Executor"]);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["message"], "polled");
+    // Several passes ran: the waiter found it by polling, not by an event.
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.matches("pass done").count() >= 2, "{log}");
+}
+
+#[test]
+fn wait_times_out_with_exit_1() {
+    let env = Env::new();
+    let out = env.run(&["wait", "--as", "Executor", "--timeout", "200ms"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_yaml_file_written_by_hand_in_two_steps_is_delivered_once_complete() {
+    let env = Env::new();
+    let path = env.inputs().join("steer.yaml");
+    std::fs::write(&path, "type: STEER\n").unwrap();
+    assert_eq!(
+        env.ok(&["poll", "--as", "Orchestrator"]),
+        "",
+        "half a file is not delivered"
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(b"target: Executor\nmessage: rename the module\n")
+        .unwrap();
+    drop(f);
+    assert_eq!(env.ok(&["poll", "--as", "Executor"]), "", "still settling");
+    // wait wakes up when the settle window ends, without an event.
+    let got = env.json_lines(&["wait", "--as", "Executor", "--timeout", "10s"]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["message"], "rename the module");
+    assert_eq!(got[0]["id"], "steer");
+    assert_eq!(env.ok(&["poll", "--as", "Executor"]), "");
+    assert_eq!(env.ok(&["poll", "--as", "Orchestrator"]), "");
+}
+
+#[test]
+fn ls_log_finish_show_the_mailbox() {
+    let env = Env::new();
+    env.ok(&["send", "steer", "p", "--target", "Planner"]);
+    env.ok(&["send", "info", "all"]);
+    let ls = env.json_lines(&["ls"]);
+    assert_eq!(ls.len(), 2);
+    assert_eq!(ls[0]["type"], "STEER");
+    assert_eq!(ls[1]["target"], "ALL");
+    assert!(env.ok(&["ls"]).contains("STEER   Planner"));
+    env.ok(&["poll", "--as", "Executor"]);
+    env.ok(&["poll", "--as", "Orchestrator"]); // buffers the Planner's signal
+    let all = env.json_lines(&["ls", "--all"]);
+    assert!(
+        all.iter()
+            .any(|v| v["kind"] == "buffered" && v["buffered_for"] == "Planner")
+    );
+    let b = all.iter().find(|v| v["target"] == "ALL").unwrap();
+    assert_eq!(
+        b["acked_by"],
+        serde_json::json!(["Executor", "Orchestrator"])
+    );
+    let fin = env.json_lines(&["finish"]);
+    assert_eq!(fin[0]["status"], "partial");
+    assert_eq!(
+        fin[0]["unacked"],
+        serde_json::json!(["Planner", "Questioner", "Reviewer"])
+    );
+    let log = env.json_lines(&["log"]);
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0]["action_taken"], "broadcast archived");
+    assert_eq!(log[0]["delivery_status"], "partial");
+    env.ok(&["poll", "--as", "Planner"]);
+    let log = env.json_lines(&["log"]);
+    assert_eq!(log.len(), 2);
+    assert!(
+        log.iter()
+            .any(|v| v["handled_by"] == "Planner" && v["action_taken"] == "delivered")
+    );
+    assert!(env.ok(&["log"]).contains("Planner"));
+}
+
+#[test]
+fn gc_removes_only_stale_staging_files() {
+    let env = Env::new();
+    let stale = env.root.join("tmp/999.deadbeef.send.tmp");
+    std::fs::write(&stale, "partial").unwrap();
+    let v = env.json_lines(&["gc"]);
+    assert_eq!(v[0]["removed"], 0, "younger than an hour");
+    let v = env.json_lines(&["gc", "--older-than", "0s"]);
+    assert_eq!(v[0]["removed"], 1);
+    assert!(!stale.exists());
+}
+
+#[test]
+fn doctor_explains_problems() {
+    let env = Env::new();
+    let out = env.run(&["doctor"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("healthy"));
+    std::fs::write(env.inputs().join("broken.yaml"), "type: [\n").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", env.inputs().join("link.json")).unwrap();
+    std::fs::write(env.inputs().join("odd.yaml"), "type: WOBBLE\n").unwrap();
+    std::fs::remove_dir(env.root.join("acks")).unwrap();
+    let out = env.run(&["--json", "doctor"]);
+    assert_eq!(out.status.code(), Some(1));
+    let findings: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let text = serde_json::to_string(&findings).unwrap();
+    assert!(text.contains("acks") && text.contains("missing"), "{text}");
+    // Files just written are still settling; doctor says so instead of guessing.
+    assert!(text.contains("waiting for the writer"), "{text}");
+    std::thread::sleep(Duration::from_millis(2100));
+    let out = env.run(&["--json", "doctor"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("invalid YAML"), "{text}");
+    assert!(text.contains("symlink"), "{text}");
+    assert!(text.contains("unknown type"), "{text}");
+    // After a pass the bad files are quarantined, and doctor lists them with their reasons.
+    env.ok(&["init"]);
+    env.ok(&["poll", "--as", "Executor"]);
+    let out = env.run(&["doctor"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("quarantined: invalid YAML"), "{text}");
+    assert!(text.contains("quarantined: a symlink"), "{text}");
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn errors_exit_2_with_one_line_naming_the_file() {
+    let env = Env::new();
+    let out = env.run(&["--root", "/nonexistent/x", "poll", "--as", "Executor"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_line(&out).contains("/nonexistent/x/inputs"));
+    let out = env.run(&["send", "bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_line(&out).contains("unknown signal type \"bogus\""));
+    let out = env.run(&["send", "info", "x", "--target", "../etc"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_line(&out).contains("invalid target \"../etc\""));
+    let out = env.run(&["poll", "--as", "../x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_line(&out).contains("invalid agent name"));
+    let out = env.run(&["wait", "--as", "Executor", "--timeout", "5 parsecs"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn help_has_an_example_for_every_command_and_completions_work() {
+    for cmd in [
+        "init",
+        "send",
+        "poll",
+        "wait",
+        "ls",
+        "log",
+        "finish",
+        "gc",
+        "doctor",
+        "completions",
+        "demo",
+    ] {
+        let out = Command::new(BIN).args([cmd, "--help"]).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let example = text
+            .split_once("Example")
+            .map(|(_, rest)| rest)
+            .unwrap_or_else(|| panic!("{cmd} --help has no example:\n{text}"));
+        assert!(
+            example.contains(&format!(" {cmd}")),
+            "{cmd}: example does not use it:\n{text}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8(out.stdout).unwrap().contains("_sigbox"));
+}
+
+#[test]
+fn demo_runs_on_an_embedded_default() {
+    let out = Command::new(BIN).arg("demo").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("Planner      <- STEER"), "{text}");
+    assert!(text.contains("Orchestrator <- APPROVE"), "{text}");
+    assert!(text.contains("nothing twice\n  (nothing)"), "{text}");
+}
