@@ -35,7 +35,7 @@ pub enum FsOp<'a> {
     CreateDir(&'a Path),
     /// `open(path, O_CREAT | O_EXCL | O_WRONLY)`.
     CreateFile(&'a Path),
-    /// Appends `data` to the file created at `path`.
+    /// Appends `data` to the file at `path` (one just created, or one being annotated).
     Write(&'a Path, &'a [u8]),
     /// `fsync` of the file at `path`.
     SyncFile(&'a Path),
@@ -172,6 +172,24 @@ impl Io {
         self.effect(FsOp::Write(path, data), || file.write_all(data))
             .map_err(|e| Error::io(path, "cannot write", e))?;
         self.sync_file(&file, path)
+    }
+
+    /// Appends `data` to an existing regular file (never through a symlink) and (when durable)
+    /// fsyncs it. A failed fsync poisons the handle.
+    pub(crate) fn append(&self, path: &Path, data: &[u8]) -> Result<()> {
+        self.check_poison(path)?;
+        let mut file =
+            sys::open_append(path).map_err(|e| Error::io(path, "cannot open for append", e))?;
+        self.effect(FsOp::Write(path, data), || file.write_all(data))
+            .map_err(|e| Error::io(path, "cannot append", e))?;
+        if self.durability == Durability::RelaxedNoFsync {
+            return Ok(());
+        }
+        self.effect(FsOp::SyncFile(path), || file.sync_data())
+            .map_err(|e| {
+                self.poison();
+                Error::io(path, "fsync failed; this handle now refuses writes", e)
+            })
     }
 
     fn sync_file(&self, file: &File, path: &Path) -> Result<()> {

@@ -1004,21 +1004,31 @@ impl Mailbox {
                     });
                 }
                 Claimed::DestExists => {
-                    if attempt == 0 && self.same_signal(&src, &dest)? {
+                    let (Some(a), Some(b)) = (self.io.stamp(&src)?, self.io.stamp(&dest)?) else {
+                        return Ok(None); // the source went: another consumer resolved it
+                    };
+                    let same_file = (a.dev, a.ino) == (b.dev, b.ino);
+                    if attempt == 0 && (same_file || self.same_signal(&src, &dest)?) {
                         // An earlier claim of this very file was interrupted by a crash before
                         // it removed the source durably, so it was never handed over: redo it.
-                        if self.io.stamp(&src)?.is_none() {
-                            return Ok(None);
-                        }
-                        match self.io.rename_replace(&src, &dest) {
-                            Ok(()) => {}
-                            Err(e)
-                                if e.io_error()
-                                    .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
-                            {
+                        if same_file {
+                            // Two links to one file (left by link+unlink): rename between them
+                            // is a no-op by POSIX, so drop the source link instead.
+                            if !self.io.remove(&src)? {
                                 return Ok(None);
                             }
-                            Err(e) => return Err(e),
+                        } else {
+                            match self.io.rename_replace(&src, &dest) {
+                                Ok(()) => {}
+                                Err(e)
+                                    if e.io_error().is_some_and(|e| {
+                                        e.kind() == std::io::ErrorKind::NotFound
+                                    }) =>
+                                {
+                                    return Ok(None);
+                                }
+                                Err(e) => return Err(e),
+                            }
                         }
                         let r = self.record(&dest, name, &extra, agent)?;
                         self.io.sync_dir(&self.processed)?;
@@ -1050,7 +1060,7 @@ impl Mailbox {
                 return Ok(None);
             };
             let fmt = signal::format_of(&p.file_name().unwrap_or_default().to_string_lossy());
-            Ok(signal::parse_body(&bytes, fmt).ok().map(|mut b| {
+            Ok(signal::parse_record(&bytes, fmt).ok().map(|mut b| {
                 for k in HANDLING_KEYS {
                     b.fields.remove(k);
                 }
@@ -1080,15 +1090,21 @@ impl Mailbox {
             Read_::Bytes(bytes, _) => {
                 let fname = lossy(name);
                 let format = signal::format_of(&fname);
-                match signal::parse_body(&bytes, format).and_then(|body| {
+                // A record, not a bare body: after a crash the source may share the inode of an
+                // interrupted claim whose handling block was already appended.
+                match signal::parse_record(&bytes, format).and_then(|mut body| {
+                    for k in HANDLING_KEYS {
+                        body.fields.remove(k);
+                    }
                     Signal::from_body(body, name::signal_id(&fname), dest)
                         .map_err(|e| e.reason().to_string())
                 }) {
                     Ok(mut sig) => {
-                        let text = annotate(&bytes, format, &sig.fields, extra);
-                        let stage = atomic::stage_name(&self.tmp, "record");
-                        self.io.write_new(&stage, &text)?;
-                        self.io.rename_replace(&stage, dest)?;
+                        // Appended in place, as upstream does: a claim allocates and frees no
+                        // inode (on ext4, creating files right after frees is slow, and that
+                        // would slow producers too).
+                        let tail = handling_tail(&bytes, format, extra);
+                        self.io.append(dest, &tail)?;
                         for (k, v) in extra {
                             sig.fields.insert(k.clone(), v.clone());
                         }
@@ -1459,47 +1475,29 @@ fn unique_variant(name: &OsStr) -> OsString {
     OsString::from(format!("{stem}.dup-{}{ext}", &u[20..]))
 }
 
-/// The bytes of a processed file: the original with `extra` added. YAML gets the metadata
-/// appended as upstream does (the original text is kept byte for byte) when that reads back
-/// to the same fields; otherwise the document is re-emitted.
-fn annotate(
-    original: &[u8],
-    format: Format,
-    fields: &Map<String, Value>,
-    extra: &Map<String, Value>,
-) -> Vec<u8> {
-    let mut merged = fields.clone();
-    for (k, v) in extra {
-        merged.insert(k.clone(), v.clone());
+/// The handling block appended to a claimed file: for JSON a second object on its own line,
+/// for YAML a block of top-level keys (what upstream appends).
+fn handling_tail(original: &[u8], format: Format, extra: &Map<String, Value>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if !original.ends_with(b"\n") {
+        out.push(b'\n');
     }
     match format {
         Format::Json => {
-            let mut out = serde_json::to_vec(&Value::Object(merged)).expect("JSON serializes");
+            serde_json::to_writer(&mut out, extra).expect("JSON serializes");
             out.push(b'\n');
-            out
         }
         Format::Yaml => {
-            if !extra.keys().any(|k| fields.contains_key(k)) {
-                let mut out = original.to_vec();
-                if !out.ends_with(b"\n") {
-                    out.push(b'\n');
-                }
-                let mut tail = Map::new();
-                for (k, v) in extra {
-                    tail.insert(k.clone(), v.clone());
-                }
-                if let Ok(t) = serde_saphyr::to_string(&Value::Object(tail)) {
-                    out.extend_from_slice(t.as_bytes());
-                    if let Ok(body) = signal::parse_body(&out, Format::Yaml)
-                        && body.fields == merged
-                    {
-                        return out;
-                    }
-                }
+            let text = serde_saphyr::to_string(extra).unwrap_or_else(|_| {
+                // Metadata sigbox builds is plain strings and lists of agent names: this cannot
+                // fail, but a record must never be lost to a formatting problem.
+                format!("handling_metadata: {}\n", Value::Object(extra.clone()))
+            });
+            out.extend_from_slice(text.as_bytes());
+            if !text.ends_with('\n') {
+                out.push(b'\n');
             }
-            serde_saphyr::to_string(&Value::Object(merged))
-                .map(String::into_bytes)
-                .unwrap_or_else(|_| original.to_vec())
         }
     }
+    out
 }

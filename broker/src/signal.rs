@@ -223,6 +223,48 @@ pub(crate) fn parse_body(bytes: &[u8], format: Format) -> std::result::Result<Bo
     })
 }
 
+/// The marker that starts the handling block appended to a processed YAML record.
+pub(crate) const YAML_HANDLING_MARKER: &str = "\nhandling_metadata:";
+
+/// Parses a processed record: the original body followed by the handling block sigbox
+/// appended (a second JSON object on its own line, or a YAML block). A torn or unreadable
+/// handling block (a crash during the append) is ignored: the signal itself is still read.
+pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<Body, String> {
+    match format {
+        Format::Json => {
+            let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
+            match stream.next() {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(format!("invalid JSON: {e}")),
+                None => return Err("empty file".into()),
+            }
+            let head_len = stream.byte_offset();
+            let mut body = parse_body(&bytes[..head_len], Format::Json)?;
+            for tail in stream {
+                match tail {
+                    Ok(Value::Object(extra)) => body.fields.extend(extra),
+                    _ => break,
+                }
+            }
+            Ok(body)
+        }
+        Format::Yaml => {
+            if let Ok(body) = parse_body(bytes, Format::Yaml) {
+                return Ok(body);
+            }
+            let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+            let Some(at) = text.rfind(YAML_HANDLING_MARKER) else {
+                return parse_body(bytes, Format::Yaml);
+            };
+            let mut body = parse_body(&bytes[..at + 1], Format::Yaml)?;
+            if let Ok(Value::Object(extra)) = parse_yaml(&text[at + 1..]) {
+                body.fields.extend(extra);
+            }
+            Ok(body)
+        }
+    }
+}
+
 /// YAML limits: a body is a handful of fields, so anything deep or alias-heavy is hostile.
 fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
     let options = serde_saphyr::options! {
@@ -281,15 +323,15 @@ impl Signal {
         })
     }
 
-    /// Reads and parses a signal file (used for files in `processed/`, `buffered/` and for
-    /// tools); applies the same checks as the drop zone.
+    /// Parses a signal file's bytes; a handling block appended by sigbox (in `processed/`) is
+    /// read into `fields`.
     pub fn parse_file_bytes(bytes: &[u8], path: &Path) -> Result<Signal> {
         let file_name = path
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or_else(|| Error::new(ErrorKind::InvalidName, Some(path), "name is not UTF-8"))?;
         let format = format_of(file_name);
-        let body = parse_body(bytes, format)
+        let body = parse_record(bytes, format)
             .map_err(|reason| Error::new(ErrorKind::InvalidSignal, Some(path), reason))?;
         Signal::from_body(body, name::signal_id(file_name), path)
     }

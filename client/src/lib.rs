@@ -190,6 +190,10 @@ impl Checkpoint {
         let handler = move |res: notify::Result<notify::Event>| {
             let wake = match res {
                 Ok(ev) if ev.need_rescan() => WakeUp::Rescan,
+                // Opening and reading a directory are events too (inotify's IN_OPEN,
+                // IN_CLOSE_NOWRITE): the pass's own listing must not wake the waiter, or it
+                // would spin.
+                Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => return,
                 Ok(_) => WakeUp::Changed,
                 Err(_) => WakeUp::Rescan,
             };

@@ -406,3 +406,31 @@ fn demo_runs_on_an_embedded_default() {
     assert!(text.contains("Orchestrator <- APPROVE"), "{text}");
     assert!(text.contains("nothing twice\n  (nothing)"), "{text}");
 }
+
+/// CPU time (ns) a live process has used, from /proc/PID/schedstat.
+fn cpu_ns(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+    s.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_blocked_wait_does_not_spin() {
+    // Not a timing assertion: a spinning waiter burns a whole core (about 1 s of CPU per second
+    // here); a sleeping one a few milliseconds at most, however loaded the machine is.
+    let env = Env::new();
+    let mut child = env
+        .cmd(&["wait", "--as", "Executor", "--timeout", "30s"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ns(child.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ns(child.id()) - before;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        used < 200_000_000,
+        "a blocked wait used {used} ns of CPU in one second"
+    );
+}

@@ -364,3 +364,55 @@ fn crash_during_quarantine_and_gc() {
     eprintln!("quarantine + gc: {states} crash states checked");
     assert!(states >= 8);
 }
+
+/// The state a claimer leaves when it dies between `link` and `unlink` (the portable no-clobber
+/// rename): the signal under both names, as two links to one file. It must be delivered
+/// exactly once, and nothing may be quarantined as a suspicious hard link.
+#[test]
+fn interrupted_link_unlink_claim_is_finished_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mb = opts().init(tmp.path()).unwrap();
+    let id = send(&mb, SignalType::Steer, agent("Executor"), "linked");
+    let name = format!("{id}.json");
+    std::fs::hard_link(
+        tmp.path().join("inputs").join(&name),
+        tmp.path().join("processed").join(&name),
+    )
+    .unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    assert_eq!(pass.delivered.len(), 1, "{pass:?}");
+    assert_eq!(pass.delivered[0].id, id);
+    assert!(pass.rejected.is_empty(), "{:?}", pass.rejected);
+    assert!(mb.pass("Executor", None).unwrap().delivered.is_empty());
+    assert!(sigbox_tests::names(&tmp.path().join("inputs")).is_empty());
+    let rec = mb.processed().unwrap();
+    assert_eq!(rec.len(), 1);
+    let sig = rec[0].as_ref().unwrap();
+    assert_eq!(sig.fields["handling_metadata"]["handled_by"], "Executor");
+}
+
+/// A crash after the handling block was appended and fsynced, before the directories were:
+/// the source name still points at the annotated file. It is delivered once, not refused.
+#[test]
+fn interrupted_claim_with_appended_block_is_finished_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mb = opts().init(tmp.path()).unwrap();
+    let id = send(&mb, SignalType::Info, agent("Executor"), "annotated");
+    let input = tmp.path().join("inputs").join(format!("{id}.json"));
+    let mut bytes = std::fs::read(&input).unwrap();
+    bytes.extend_from_slice(
+        br#"{"handling_metadata":{"handled_by":"Executor","handled_at":"x","action_taken":"delivered"}}
+"#,
+    );
+    std::fs::write(&input, &bytes).unwrap();
+    std::fs::write(
+        tmp.path().join("processed").join(format!("{id}.json")),
+        &bytes,
+    )
+    .unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    assert_eq!(pass.delivered.len(), 1);
+    assert_eq!(pass.delivered[0].message.as_deref(), Some("annotated"));
+    assert!(pass.rejected.is_empty());
+    assert!(mb.pass("Executor", None).unwrap().delivered.is_empty());
+}

@@ -16,6 +16,10 @@ pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
     File::open(path)
 }
 
+pub(crate) fn open_append(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().append(true).open(path)
+}
+
 pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
     File::open(path)
 }

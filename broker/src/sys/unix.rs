@@ -35,6 +35,16 @@ pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// Opens an existing file for appending, without following a final symlink.
+pub(crate) fn open_append(path: &Path) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
 /// Opens a directory so that it can be fsynced.
 pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
     let fd = rustix::fs::open(
