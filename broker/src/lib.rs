@@ -29,8 +29,10 @@
 mod atomic;
 mod doctor;
 mod error;
+pub mod goblin;
 mod io;
 mod mailbox;
+pub mod mux;
 pub mod name;
 mod signal;
 mod sys;
