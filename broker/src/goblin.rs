@@ -327,14 +327,14 @@ impl Goblin {
             ));
         }
         let dir = worktree.join(".goblin");
-        if let Ok(m) = std::fs::symlink_metadata(&dir) {
-            if m.file_type().is_symlink() {
-                return Err(Error::new(
-                    ErrorKind::NotRegularFile,
-                    Some(&dir),
-                    "is a symlink: refusing to follow it out of the worktree",
-                ));
-            }
+        if let Ok(m) = std::fs::symlink_metadata(&dir)
+            && m.file_type().is_symlink()
+        {
+            return Err(Error::new(
+                ErrorKind::NotRegularFile,
+                Some(&dir),
+                "is a symlink: refusing to follow it out of the worktree",
+            ));
         }
         let g = Goblin {
             dir,

@@ -74,6 +74,72 @@ const BACKSTOP: Duration = Duration::from_secs(30);
 /// Polling interval chosen by [`WaitMode::Auto`] where events are unreliable.
 const AUTO_POLL: Duration = Duration::from_secs(1);
 
+/// An event-driven wait on a few directories: wakes when an entry is created, changed, renamed
+/// or removed in them (reads of the directories themselves never wake it), or when events
+/// overflowed and a rescan is due. Shared by every waiting command.
+pub struct DirWatch {
+    _watcher: RecommendedWatcher,
+    rx: Receiver<WakeUp>,
+}
+
+impl std::fmt::Debug for DirWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirWatch").finish_non_exhaustive()
+    }
+}
+
+impl DirWatch {
+    /// Watches `dirs` (each recursively or not). Fails when the platform gives no events or a
+    /// directory cannot be watched; callers then poll.
+    pub fn new(dirs: &[(&Path, bool)]) -> notify::Result<DirWatch> {
+        let (tx, rx) = mpsc::channel();
+        let handler = move |res: notify::Result<notify::Event>| {
+            let wake = match res {
+                Ok(ev) if ev.need_rescan() => WakeUp::Rescan,
+                // Opening and reading a directory are events too (inotify's IN_OPEN,
+                // IN_CLOSE_NOWRITE): the waiter's own listing must not wake it, or it would
+                // spin.
+                Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => return,
+                Ok(_) => WakeUp::Changed,
+                Err(_) => WakeUp::Rescan,
+            };
+            let _ = tx.send(wake);
+        };
+        let mut watcher = notify::recommended_watcher(handler)?;
+        for (dir, recursive) in dirs {
+            let mode = if *recursive {
+                RecursiveMode::Recursive
+            } else {
+                RecursiveMode::NonRecursive
+            };
+            watcher.watch(dir, mode)?;
+        }
+        Ok(DirWatch {
+            _watcher: watcher,
+            rx,
+        })
+    }
+
+    /// Forgets wake-ups that arrived so far: call right before looking at the directories, so
+    /// that anything after the look wakes the next [`DirWatch::wait`].
+    pub fn drain(&self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+
+    /// Sleeps until something changes or `timeout` passes. Returns false if the watcher died
+    /// (then poll instead).
+    pub fn wait(&self, timeout: Duration) -> bool {
+        match self.rx.recv_timeout(timeout) {
+            Ok(WakeUp::Rescan) => {
+                tracing::debug!("event overflow: rescanning");
+                true
+            }
+            Ok(WakeUp::Changed) | Err(RecvTimeoutError::Timeout) => true,
+            Err(RecvTimeoutError::Disconnected) => false,
+        }
+    }
+}
+
 /// One agent's checkpoint handle.
 pub struct Checkpoint {
     mailbox: Mailbox,
@@ -81,7 +147,7 @@ pub struct Checkpoint {
     state: Option<String>,
     mode: WaitMode,
     _presence: Presence,
-    events: Option<(RecommendedWatcher, Receiver<WakeUp>)>,
+    events: Option<DirWatch>,
     interrupted: Option<sigbox::Error>,
 }
 
@@ -186,40 +252,14 @@ impl Checkpoint {
         if self.events.is_some() || self.polling_interval().is_some() {
             return Ok(());
         }
-        let (tx, rx) = mpsc::channel();
-        let handler = move |res: notify::Result<notify::Event>| {
-            let wake = match res {
-                Ok(ev) if ev.need_rescan() => WakeUp::Rescan,
-                // Opening and reading a directory are events too (inotify's IN_OPEN,
-                // IN_CLOSE_NOWRITE): the pass's own listing must not wake the waiter, or it
-                // would spin.
-                Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => return,
-                Ok(_) => WakeUp::Changed,
-                Err(_) => WakeUp::Rescan,
-            };
-            let _ = tx.send(wake);
-        };
-        let mut watcher = match notify::recommended_watcher(handler) {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!(error = %e, "no filesystem events; polling every second");
-                self.mode = WaitMode::Poll(AUTO_POLL);
-                return Ok(());
-            }
-        };
         let [inputs, buffered] = self.mailbox.watch_dirs();
-        let mut watch = |p: &Path, mode| match watcher.watch(p, mode) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(e),
-        };
-        let res = watch(inputs, RecursiveMode::NonRecursive)
-            .and_then(|()| watch(buffered, RecursiveMode::Recursive));
-        if let Err(e) = res {
-            tracing::warn!(error = %e, "cannot watch the mailbox; polling every second");
-            self.mode = WaitMode::Poll(AUTO_POLL);
-            return Ok(());
+        match DirWatch::new(&[(inputs, false), (buffered, true)]) {
+            Ok(w) => self.events = Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "no filesystem events here; polling every second");
+                self.mode = WaitMode::Poll(AUTO_POLL);
+            }
         }
-        self.events = Some((watcher, rx));
         Ok(())
     }
 
@@ -235,8 +275,8 @@ impl Checkpoint {
         self.arm()?;
         loop {
             // Drain wake-ups that arrived before this pass: the pass sees their effects.
-            if let Some((_, rx)) = &self.events {
-                while rx.try_recv().is_ok() {}
+            if let Some(w) = &self.events {
+                w.drain();
             }
             if let Some(e) = self.interrupted.take() {
                 return Err(e);
@@ -264,15 +304,13 @@ impl Checkpoint {
                 sleep = sleep.min(d.saturating_duration_since(now));
             }
             match &self.events {
-                Some((_, rx)) => match rx.recv_timeout(sleep) {
-                    Ok(WakeUp::Rescan) => tracing::debug!("event overflow: rescanning"),
-                    Ok(WakeUp::Changed) | Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => {
+                Some(w) => {
+                    if !w.wait(sleep) {
                         tracing::warn!("watcher stopped; polling every second");
                         self.events = None;
                         self.mode = WaitMode::Poll(AUTO_POLL);
                     }
-                },
+                }
                 None => std::thread::sleep(sleep),
             }
         }

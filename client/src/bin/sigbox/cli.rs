@@ -88,9 +88,174 @@ pub(crate) enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Goblin signal files: `.goblin/` in a worktree.
+    #[command(subcommand)]
+    Goblin(GoblinCmd),
+    /// mux-ospec signal files: `{session}/.signals/`.
+    #[command(subcommand)]
+    Mux(MuxCmd),
     /// Run a short demonstration on a fresh mailbox in a temporary directory.
     #[command(after_help = "Example:\n  sigbox demo")]
     Demo,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum GoblinCmd {
+    /// Write `.goblin/NAME` atomically: empty (as `touch`) or a JSON body checked against the
+    /// signal's documented fields, with `completed_at` filled in.
+    #[command(after_help = "Examples:
+  sigbox goblin signal build-complete --worktree worktrees/ENG-123
+  sigbox goblin signal build-complete --worktree . --json '{\"commits\": 5}'
+  echo '{\"reason\": \"flaky\"}' | sigbox goblin signal test-failed -")]
+    Signal {
+        /// scope-complete, build-complete, review-approved, review-changes-requested,
+        /// test-passed or test-failed.
+        name: String,
+        /// The JSON body; `-` reads it from stdin. (`--json BODY` works too.)
+        body: Option<String>,
+        /// Read the JSON body from this file.
+        #[arg(long, conflicts_with = "body")]
+        file: Option<PathBuf>,
+        /// The worktree holding `.goblin/`.
+        #[arg(long, default_value = ".")]
+        worktree: PathBuf,
+    },
+    /// Follow the stage machine: one JSON line per transition, the signal cleaned up as the
+    /// stage advances. Exit 0 at DONE (or after one transition with --once), 3 at FAILED, 1 on
+    /// timeout.
+    #[command(after_help = "Examples:
+  sigbox goblin watch --worktree worktrees/ENG-123 --stage BUILD --timeout 30m
+  sigbox goblin watch --worktree . --once")]
+    Watch {
+        /// The worktree holding `.goblin/`.
+        #[arg(long, default_value = ".")]
+        worktree: PathBuf,
+        /// The current stage (SCOPE, BUILD, REVIEW, TEST); default: the saved state, else SCOPE.
+        #[arg(long)]
+        stage: Option<String>,
+        /// Retries already used (default: the saved state, else 0).
+        #[arg(long)]
+        retries: Option<u32>,
+        /// Give up after this long.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
+        /// Exit after the first transition.
+        #[arg(long)]
+        once: bool,
+        /// How long an empty or unparseable file must stay unchanged before it is read.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        settle: Duration,
+    },
+    /// Show the current stage and the signal files present.
+    #[command(after_help = "Example:\n  sigbox goblin status --worktree worktrees/ENG-123")]
+    Status {
+        /// The worktree holding `.goblin/`.
+        #[arg(long, default_value = ".")]
+        worktree: PathBuf,
+    },
+    /// Remove the signal files, their history and the saved state (pipeline done or cancelled).
+    #[command(after_help = "Example:\n  sigbox goblin clean --worktree worktrees/ENG-123")]
+    Clean {
+        /// The worktree holding `.goblin/`.
+        #[arg(long, default_value = ".")]
+        worktree: PathBuf,
+    },
+}
+
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub(crate) enum MuxCmd {
+    /// Write `{session}/.signals/<stage>.done` (or `.fail`) atomically.
+    #[command(disable_version_flag = true)]
+    #[command(after_help = "Examples:
+  sigbox mux signal tmp/mux/s1/.signals/implement --status success --path tmp/mux/s1/impl.md
+  sigbox mux signal tmp/mux/s1/review --status fail --error 'tests failing' --format kv")]
+    Signal {
+        /// The signal path, relative to the project root (`.signals/` is inserted when its
+        /// parent is not `.signals`; the suffix follows --status).
+        #[arg(value_name = "PATH")]
+        signal: PathBuf,
+        /// success (.done) or fail (.fail).
+        #[arg(long, value_parser = ["success", "fail"])]
+        status: String,
+        /// The output artifact's path.
+        #[arg(long)]
+        path: Option<String>,
+        /// The artifact's size in bytes (default: measured from --path).
+        #[arg(long)]
+        size: Option<u64>,
+        /// The error, for a failure.
+        #[arg(long)]
+        error: Option<String>,
+        /// Trace id (default: the session's .trace file).
+        #[arg(long)]
+        trace_id: Option<String>,
+        /// Version.
+        #[arg(long)]
+        version: Option<String>,
+        /// The previous signal.
+        #[arg(long)]
+        previous: Option<String>,
+        /// Grade for review stages: PASS, WARN or FAIL (only PASS proceeds).
+        #[arg(long, value_parser = ["PASS", "WARN", "FAIL"])]
+        grade: Option<String>,
+        /// Phase number.
+        #[arg(long)]
+        phase_num: Option<u64>,
+        /// Duration in seconds.
+        #[arg(long)]
+        duration_seconds: Option<u64>,
+        /// An artifact path (repeatable).
+        #[arg(long)]
+        artifact: Vec<String>,
+        /// json (signal-v1, the default) or kv (the `key: value` lines upstream tools read).
+        #[arg(long, default_value = "json", value_parser = ["json", "kv"])]
+        format: String,
+        /// The project root the paths are relative to.
+        #[arg(long, default_value = ".")]
+        project_root: PathBuf,
+    },
+    /// Count a session's .done/.fail files and print upstream's JSON; exit 0 only when complete.
+    #[command(after_help = "Examples:
+  sigbox mux check tmp/mux/s1 --expected 3
+  sigbox mux check tmp/mux/s1 --expected 3 --timeout 5m --require-pass")]
+    Check {
+        /// The session directory, relative to the project root.
+        session: PathBuf,
+        /// How many signals are expected.
+        #[arg(long)]
+        expected: usize,
+        /// Only look in this directory.
+        #[arg(long)]
+        signals_dir: Option<PathBuf>,
+        /// Wait (event-driven) up to this long for the signals.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
+        /// Count a .done whose grade is not PASS as failed.
+        #[arg(long)]
+        require_pass: bool,
+        /// The project root the paths are relative to.
+        #[arg(long, default_value = ".")]
+        project_root: PathBuf,
+    },
+    /// Summarize a session's signals as upstream's verify.py does.
+    #[command(after_help = "Examples:
+  sigbox mux verify tmp/mux/s1
+  sigbox mux verify tmp/mux/s1 --action failures")]
+    Verify {
+        /// The session directory, relative to the project root.
+        session: PathBuf,
+        /// What to print.
+        #[arg(long, default_value = "summary", value_parser = ["count", "failures", "paths", "sizes", "total-size", "summary"])]
+        action: String,
+        /// Only look in this directory.
+        #[arg(long)]
+        signals_dir: Option<PathBuf>,
+        /// The project root the paths are relative to.
+        #[arg(long, default_value = ".")]
+        project_root: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -63,6 +63,8 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         }
         Command::Demo => demo(&mut out)?,
+        Command::Goblin(cmd) => crate::dialect_cmds::goblin(cmd, &mut out)?,
+        Command::Mux(cmd) => crate::dialect_cmds::mux_cmd(cmd, &mut out)?,
     };
     out.flush()?;
     Ok(code)

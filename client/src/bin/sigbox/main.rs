@@ -5,6 +5,7 @@
 //! reason.
 
 mod cli;
+mod dialect_cmds;
 mod mailbox_cmds;
 mod output;
 

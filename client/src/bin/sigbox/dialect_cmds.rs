@@ -1,0 +1,540 @@
+//! `sigbox goblin ...` and `sigbox mux ...`.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use sigbox::goblin::{self, FileState, Goblin, GoblinSignal, PipelineState, Stage};
+use sigbox::mux::{self, MuxFields, MuxFormat, MuxStatus};
+use sigbox_client::DirWatch;
+
+use crate::cli::{GoblinCmd, MuxCmd};
+use crate::output::Out;
+
+/// How often a wait rescans when it has no events, and the backstop when it has.
+const POLL: Duration = Duration::from_secs(1);
+const BACKSTOP: Duration = Duration::from_secs(30);
+
+fn goblin_name(name: &str) -> anyhow::Result<GoblinSignal> {
+    GoblinSignal::parse(name).with_context(|| {
+        format!(
+            "unknown Goblin signal {name:?}: expected scope-complete, build-complete, \
+             review-approved, review-changes-requested, test-passed or test-failed"
+        )
+    })
+}
+
+fn parse_stage(s: &str) -> anyhow::Result<Stage> {
+    Stage::parse(s).with_context(|| {
+        format!("unknown stage {s:?}: expected SCOPE, BUILD, REVIEW, TEST, DONE or FAILED")
+    })
+}
+
+pub(crate) fn goblin(cmd: GoblinCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
+    match cmd {
+        GoblinCmd::Signal {
+            name,
+            body,
+            file,
+            worktree,
+        } => {
+            let signal = goblin_name(&name)?;
+            let text = match (body.as_deref(), &file) {
+                (Some("-"), _) => {
+                    let mut s = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut s)
+                        .context("cannot read the body from stdin")?;
+                    Some((s, "stdin".to_string()))
+                }
+                (Some(b), _) => Some((b.to_string(), "the command line".to_string())),
+                (None, Some(f)) => Some((
+                    std::fs::read_to_string(f).with_context(|| format!("{}", f.display()))?,
+                    f.display().to_string(),
+                )),
+                (None, None) => None,
+            };
+            let body = match text {
+                None => None,
+                Some((t, _)) if t.trim().is_empty() => None,
+                Some((t, from)) => match serde_json::from_str::<Value>(&t) {
+                    Ok(Value::Object(m)) => Some(m),
+                    Ok(_) => bail!("{from}: the body must be a JSON object"),
+                    Err(e) => bail!("{from}: invalid JSON body: {e}"),
+                },
+            };
+            let g = Goblin::open(&worktree)?;
+            let path = g.write(signal, body)?;
+            out.emit(&json!({"signal": signal.name(), "path": path}), || {
+                path.display().to_string()
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        GoblinCmd::Watch {
+            worktree,
+            stage,
+            retries,
+            timeout,
+            once,
+            settle,
+        } => goblin_watch(&worktree, stage, retries, timeout, once, settle, out),
+        GoblinCmd::Status { worktree } => {
+            let g = Goblin::open(&worktree)?;
+            let st = g.state();
+            let mut signals = Vec::new();
+            for o in g.scan()? {
+                let (state, detail) = match &o.state {
+                    FileState::Ready(goblin::Payload::Empty) => ("empty", Value::Null),
+                    FileState::Ready(p) => ("ready", p.to_json()),
+                    FileState::Settling(_) => ("settling", Value::Null),
+                    FileState::Invalid(r) => ("invalid", json!(r)),
+                };
+                signals.push(
+                    json!({"signal": o.signal.name(), "state": state, "detail": detail,
+                                    "path": o.path}),
+                );
+            }
+            let v = json!({
+                "stage": st.map(|s| s.stage.as_str()),
+                "retries": st.map(|s| s.retries),
+                "signals": signals,
+            });
+            out.emit(&v, || {
+                let mut s = match st {
+                    Some(st) => format!("stage: {} (retries {})", st.stage.as_str(), st.retries),
+                    None => "stage: unknown (no watch has run here)".to_string(),
+                };
+                for sig in &signals {
+                    s.push_str(&format!(
+                        "\n{:<26} {:<9} {}",
+                        sig["signal"].as_str().unwrap_or(""),
+                        sig["state"].as_str().unwrap_or(""),
+                        match &sig["detail"] {
+                            Value::Null => String::new(),
+                            Value::String(r) => r.clone(),
+                            other => other.to_string(),
+                        }
+                    ));
+                }
+                if signals.is_empty() {
+                    s.push_str("\nno signal files");
+                }
+                s
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        GoblinCmd::Clean { worktree } => {
+            let g = Goblin::open(&worktree)?;
+            for p in g.clean()? {
+                out.emit(&json!({"removed": p}), || {
+                    format!("removed {}", p.display())
+                })?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A report is printed once per file version, not at every rescan.
+fn once_per(
+    seen: &mut HashSet<(GoblinSignal, i128, &'static str)>,
+    o: &goblin::Observed,
+    what: &'static str,
+) -> bool {
+    seen.insert((o.signal, o.mtime_ns, what))
+}
+
+/// `watch` prints JSON lines whatever the output mode: they are its interface.
+fn event(out: &mut Out, v: &Value) -> std::io::Result<()> {
+    out.line(&v.to_string())
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn goblin_watch(
+    worktree: &Path,
+    stage: Option<String>,
+    retries: Option<u32>,
+    timeout: Option<Duration>,
+    once: bool,
+    settle: Duration,
+    out: &mut Out,
+) -> anyhow::Result<ExitCode> {
+    let mut g = Goblin::open(worktree)?;
+    g.settle(settle);
+    let saved = g.state();
+    let mut st = match stage {
+        Some(s) => PipelineState {
+            stage: parse_stage(&s)?,
+            retries: retries.unwrap_or(0),
+        },
+        None => {
+            let mut s = saved.unwrap_or(PipelineState {
+                stage: Stage::Scope,
+                retries: 0,
+            });
+            if let Some(r) = retries {
+                s.retries = r;
+            }
+            s
+        }
+    };
+    if Some(st) != saved {
+        g.save_state(st)?;
+    }
+    let watch = DirWatch::new(&[(g.dir(), false)]).ok();
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut seen = HashSet::new();
+    loop {
+        if st.stage.is_terminal() {
+            out.flush()?;
+            return Ok(ExitCode::from(if st.stage == Stage::Done { 0 } else { 3 }));
+        }
+        if let Some(w) = &watch {
+            w.drain();
+        }
+        let mut next_check: Option<SystemTime> = None;
+        let mut candidates = Vec::new();
+        let mut others = Vec::new();
+        for o in g.scan()? {
+            match &o.state {
+                FileState::Settling(t) => {
+                    next_check = Some(next_check.map_or(*t, |n| n.min(*t)));
+                }
+                FileState::Invalid(reason) => {
+                    if once_per(&mut seen, &o, "invalid") {
+                        event(
+                            out,
+                            &json!({"event": "invalid", "signal": o.signal.name(),
+                                    "stage": st.stage.as_str(), "reason": reason, "at": now()}),
+                        )?;
+                    }
+                    others.push(o);
+                }
+                FileState::Ready(p) => {
+                    if goblin::next_stage(st.stage, o.signal, st.retries).is_some() {
+                        candidates.push((o.clone(), p.clone()));
+                    } else {
+                        if once_per(&mut seen, &o, "unexpected") {
+                            event(
+                                out,
+                                &json!({"event": "unexpected", "signal": o.signal.name(),
+                                        "stage": st.stage.as_str(), "payload": p.to_json(),
+                                        "reason": format!("no transition from {} on {}", st.stage.as_str(), o.signal.name()),
+                                        "at": now()}),
+                            )?;
+                        }
+                        others.push(o);
+                    }
+                }
+            }
+        }
+        if !candidates.is_empty() {
+            // Several signals for this stage at once (approved and changes requested, say):
+            // the one written last wins; the others are set aside as stale and reported.
+            candidates.sort_by_key(|a| (a.0.mtime_ns, a.0.signal));
+            let (winner, payload) = candidates.pop().expect("not empty");
+            let (to, retries) =
+                goblin::next_stage(st.stage, winner.signal, st.retries).expect("a candidate");
+            for (o, _) in &candidates {
+                let moved = g.set_aside(o.signal, false)?;
+                event(
+                    out,
+                    &json!({"event": "conflict", "signal": o.signal.name(), "stage": st.stage.as_str(),
+                            "chosen": winner.signal.name(), "moved_to": moved, "at": now()}),
+                )?;
+            }
+            let consumed = g.set_aside(winner.signal, true)?;
+            // The next stage starts: signals left from earlier stages are stale.
+            for o in &others {
+                let moved = g.set_aside(o.signal, false)?;
+                event(
+                    out,
+                    &json!({"event": "stale", "signal": o.signal.name(), "stage": to.as_str(),
+                            "moved_to": moved, "at": now()}),
+                )?;
+            }
+            event(
+                out,
+                &json!({"event": "transition", "signal": winner.signal.name(),
+                        "from": st.stage.as_str(), "to": to.as_str(), "retries": retries,
+                        "payload": payload.to_json(), "consumed": consumed, "at": now()}),
+            )?;
+            out.flush()?;
+            st = PipelineState { stage: to, retries };
+            g.save_state(st)?;
+            if once {
+                return Ok(ExitCode::SUCCESS);
+            }
+            continue;
+        }
+        out.flush()?;
+        let now_i = Instant::now();
+        if deadline.is_some_and(|d| now_i >= d) {
+            return Ok(ExitCode::from(1));
+        }
+        let mut sleep = if watch.is_some() { BACKSTOP } else { POLL };
+        if let Some(t) = next_check {
+            sleep = sleep.min(
+                t.duration_since(SystemTime::now()).unwrap_or_default() + Duration::from_millis(5),
+            );
+        }
+        if let Some(d) = deadline {
+            sleep = sleep.min(d.saturating_duration_since(now_i));
+        }
+        match &watch {
+            Some(w) => {
+                w.wait(sleep);
+            }
+            None => std::thread::sleep(sleep),
+        }
+    }
+}
+
+fn fields_of(
+    path: Option<String>,
+    size: Option<u64>,
+    error: Option<String>,
+    trace_id: Option<String>,
+    version: Option<String>,
+    previous: Option<String>,
+) -> MuxFields {
+    MuxFields {
+        path,
+        size,
+        error,
+        trace_id,
+        version,
+        previous,
+        ..MuxFields::default()
+    }
+}
+
+pub(crate) fn mux_cmd(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
+    match cmd {
+        MuxCmd::Signal {
+            signal,
+            status,
+            path,
+            size,
+            error,
+            trace_id,
+            version,
+            previous,
+            grade,
+            phase_num,
+            duration_seconds,
+            artifact,
+            format,
+            project_root,
+        } => {
+            let status = if status == "success" {
+                MuxStatus::Success
+            } else {
+                MuxStatus::Fail
+            };
+            let mut fields = fields_of(path, size, error, trace_id, version, previous);
+            fields.grade = grade;
+            fields.phase_num = phase_num;
+            fields.duration_seconds = duration_seconds;
+            fields.artifacts = artifact;
+            let format = if format == "kv" {
+                MuxFormat::Kv
+            } else {
+                MuxFormat::Json
+            };
+            let file = mux::write_signal(&project_root, &signal, status, &fields, format)?;
+            let shown = file
+                .strip_prefix(&project_root)
+                .unwrap_or(&file)
+                .to_path_buf();
+            out.emit(&json!({"path": shown, "status": status.as_str()}), || {
+                shown.display().to_string()
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        MuxCmd::Check {
+            session,
+            expected,
+            signals_dir,
+            timeout,
+            require_pass,
+            project_root,
+        } => {
+            let session = mux::resolve(&project_root, &session)?;
+            let dir = signals_dir
+                .map(|d| mux::resolve(&project_root, &d))
+                .transpose()?;
+            let deadline = timeout.map(|t| Instant::now() + t);
+            let mut watch: Option<DirWatch> = None;
+            loop {
+                if watch.is_none() && deadline.is_some() && session.is_dir() {
+                    watch = DirWatch::new(&[(&session, true)]).ok();
+                }
+                if let Some(w) = &watch {
+                    w.drain();
+                }
+                let found = mux::find(&session, dir.as_deref());
+                warn_misplaced(&found);
+                let mut report = mux::check(&found, expected, require_pass);
+                let arrived = report.complete + report.failed >= expected;
+                let now_i = Instant::now();
+                let expired = deadline.is_none_or(|d| now_i >= d);
+                if arrived || expired {
+                    if !arrived && deadline.is_some() {
+                        report.status = "timeout";
+                    }
+                    out.line(&mux::check_json(&report).to_string())?;
+                    return Ok(if report.status == "complete" {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    });
+                }
+                let left = deadline.map_or(POLL, |d| d.saturating_duration_since(now_i));
+                match &watch {
+                    Some(w) => {
+                        w.wait(left.min(BACKSTOP));
+                    }
+                    None => std::thread::sleep(left.min(Duration::from_millis(200))),
+                }
+            }
+        }
+        MuxCmd::Verify {
+            session,
+            action,
+            signals_dir,
+            project_root,
+        } => {
+            let session = mux::resolve(&project_root, &session)?;
+            let dir = signals_dir
+                .map(|d| mux::resolve(&project_root, &d))
+                .transpose()?;
+            let found = mux::find(&session, dir.as_deref());
+            warn_misplaced(&found);
+            verify(&found, &action, out)
+        }
+    }
+}
+
+fn warn_misplaced(found: &mux::Found) {
+    if !found.misplaced.is_empty() {
+        let names: Vec<String> = found
+            .misplaced
+            .iter()
+            .map(|p| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        eprintln!(
+            "WARNING: Found {} misplaced signal(s) outside .signals/: {names:?}",
+            names.len()
+        );
+    }
+}
+
+fn verify(found: &mux::Found, action: &str, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mut malformed: Vec<(PathBuf, String)> = Vec::new();
+    let mut read = |p: &Path| match mux::read_record(p) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("WARNING: malformed signal {}: {e}", p.display());
+            malformed.push((p.to_path_buf(), e));
+            None
+        }
+    };
+    let done: Vec<_> = found.done.iter().map(|p| (p, read(p))).collect();
+    let fails: Vec<(String, String, String)> = found
+        .fail
+        .iter()
+        .map(|p| {
+            let name = p
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            match read(p) {
+                Some(r) => (
+                    name,
+                    r.path.unwrap_or_default(),
+                    r.error.unwrap_or_else(|| "unknown".into()),
+                ),
+                None => (name, String::new(), "unknown".into()),
+            }
+        })
+        .collect();
+    let paths: Vec<String> = done
+        .iter()
+        .filter_map(|(_, r)| r.as_ref()?.path.clone())
+        .collect();
+    let sizes: Vec<(String, u64)> = done
+        .iter()
+        .filter_map(|(p, r)| {
+            let stem = p
+                .file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            Some((stem, r.as_ref()?.size?))
+        })
+        .collect();
+    let total: u64 = sizes.iter().map(|(_, s)| s).sum();
+    if out.json() {
+        let v = json!({
+            "completed": found.done.len(),
+            "failed": fails.len(),
+            "total_size": total,
+            "paths": paths,
+            "sizes": sizes.iter().map(|(n, s)| json!({"signal": n, "size": s})).collect::<Vec<_>>(),
+            "failures": fails.iter().map(|(s, p, e)| json!({"signal": s, "path": p, "error": e})).collect::<Vec<_>>(),
+            "malformed": malformed.iter().map(|(p, e)| json!({"file": p, "reason": e})).collect::<Vec<_>>(),
+        });
+        out.line(&v.to_string())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match action {
+        "count" => out.line(&found.done.len().to_string())?,
+        "failures" => {
+            if fails.is_empty() {
+                out.line("No failures")?;
+            }
+            for (s, _, e) in &fails {
+                out.line(&format!("{s}: {e}"))?;
+            }
+        }
+        "paths" => {
+            for p in &paths {
+                out.line(p)?;
+            }
+        }
+        "sizes" => {
+            for (n, s) in &sizes {
+                out.line(&format!("{n}: {s}"))?;
+            }
+        }
+        "total-size" => out.line(&total.to_string())?,
+        _ => {
+            out.line(&format!("completed: {}", found.done.len()))?;
+            out.line(&format!("failed: {}", fails.len()))?;
+            out.line(&format!("total_size: {total}"))?;
+            out.line(&format!("paths: {}", paths.len()))?;
+            if !fails.is_empty() {
+                out.line("failures:")?;
+                for (s, _, e) in &fails {
+                    out.line(&format!("  - {s}: {e}"))?;
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
