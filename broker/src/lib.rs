@@ -29,11 +29,14 @@
 mod atomic;
 mod doctor;
 mod error;
+pub mod flux;
 pub mod goblin;
 mod io;
+pub mod lines;
 mod mailbox;
 pub mod mux;
 pub mod name;
+pub mod pilot;
 mod signal;
 mod sys;
 
