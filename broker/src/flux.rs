@@ -267,10 +267,10 @@ fn embedded(obj: &Map<String, Value>, line: usize) -> Option<FluxEvent> {
         .and_then(Value::as_array)
     {
         for p in parts {
-            if p.get("type").and_then(Value::as_str) == Some("tool_result") {
-                if let Some(s) = p.get("content").and_then(Value::as_str) {
-                    texts.push(s);
-                }
+            if p.get("type").and_then(Value::as_str) == Some("tool_result")
+                && let Some(s) = p.get("content").and_then(Value::as_str)
+            {
+                texts.push(s);
             }
         }
     }
@@ -280,10 +280,10 @@ fn embedded(obj: &Map<String, Value>, line: usize) -> Option<FluxEvent> {
             if !t.starts_with('{') {
                 continue;
             }
-            if let Ok(Value::Object(inner)) = serde_json::from_str::<Value>(t) {
-                if let Some(r) = signal_of(&inner, line) {
-                    return Some(r.unwrap_or_else(|error| FluxEvent::Error { line, error }));
-                }
+            if let Ok(Value::Object(inner)) = serde_json::from_str::<Value>(t)
+                && let Some(r) = signal_of(&inner, line)
+            {
+                return Some(r.unwrap_or_else(|error| FluxEvent::Error { line, error }));
             }
         }
     }
@@ -401,10 +401,10 @@ pub fn validate_result(bytes: &[u8]) -> ResultReport {
             None
         }
     };
-    if let Some(c) = obj.get("comment") {
-        if !c.is_string() {
-            errors.push(format!("`comment` must be a string, got {c}"));
-        }
+    if let Some(c) = obj.get("comment")
+        && !c.is_string()
+    {
+        errors.push(format!("`comment` must be a string, got {c}"));
     }
     if let Some(b) = obj.get("blockers") {
         match b.as_array() {
@@ -424,29 +424,29 @@ pub fn validate_result(bytes: &[u8]) -> ResultReport {
             }
         }
     }
-    if let Some(a) = obj.get("artifacts") {
-        if !a.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
-            errors.push(format!(
-                "`artifacts` must be an array of file names, got {a}"
-            ));
-        }
+    if let Some(a) = obj.get("artifacts")
+        && !a.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+    {
+        errors.push(format!(
+            "`artifacts` must be an array of file names, got {a}"
+        ));
     }
     if let Some(m) = obj.get("meta") {
         match m.as_object() {
             None => errors.push(format!("`meta` must be an object, got {m}")),
             Some(meta) => {
-                if let Some(v) = meta.get("model") {
-                    if !v.is_string() {
-                        errors.push(format!("`meta.model` must be a string, got {v}"));
-                    }
+                if let Some(v) = meta.get("model")
+                    && !v.is_string()
+                {
+                    errors.push(format!("`meta.model` must be a string, got {v}"));
                 }
                 for k in ["input_tokens", "output_tokens"] {
-                    if let Some(v) = meta.get(k) {
-                        if v.as_u64().is_none() {
-                            errors.push(format!(
-                                "`meta.{k}` must be a non-negative integer, got {v}"
-                            ));
-                        }
+                    if let Some(v) = meta.get(k)
+                        && v.as_u64().is_none()
+                    {
+                        errors.push(format!(
+                            "`meta.{k}` must be a non-negative integer, got {v}"
+                        ));
                     }
                 }
             }

@@ -94,6 +94,28 @@ pub(crate) enum Command {
     /// mux-ospec signal files: `{session}/.signals/`.
     #[command(subcommand)]
     Mux(MuxCmd),
+    /// Flux stage signals: `flux:signal` stdout lines and result documents.
+    #[command(subcommand)]
+    Flux(FluxCmd),
+    /// Pilot `pilot-signal` blocks.
+    #[command(subcommand)]
+    Pilot(PilotCmd),
+    /// Run a command, pass its output through unchanged, and turn the Flux and Pilot signals in
+    /// it into mailbox signals for the orchestrator; exit with the command's status.
+    #[command(after_help = "Examples:
+  sigbox tap -- claude -p 'run the stage'
+  sigbox --root .ralph-sessions/s1/signals tap --as Executor -- ./run-stage.sh")]
+    Tap {
+        /// The sender name recorded in the mailbox signals.
+        #[arg(long = "as", default_value = "tap")]
+        name: String,
+        /// Who the mailbox signals are for.
+        #[arg(long, default_value = "Orchestrator")]
+        to: String,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
     /// Run a short demonstration on a fresh mailbox in a temporary directory.
     #[command(after_help = "Example:\n  sigbox demo")]
     Demo,
@@ -255,6 +277,37 @@ pub(crate) enum MuxCmd {
         /// The project root the paths are relative to.
         #[arg(long, default_value = ".")]
         project_root: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum FluxCmd {
+    /// Print one JSON line per flux:signal event in a stream (signals and invalid signals).
+    #[command(after_help = "Examples:
+  sigbox flux parse stage.log
+  ./stage.sh | sigbox flux parse")]
+    Parse {
+        /// The stream; `-` or nothing reads stdin.
+        file: Option<PathBuf>,
+    },
+    /// Validate a result document and print the routing it implies; exit 0 valid, 1 invalid,
+    /// 2 unreadable.
+    #[command(after_help = "Example:\n  sigbox flux result \"$RESULT_DOC_PATH\"")]
+    Result {
+        /// The result document.
+        path: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PilotCmd {
+    /// Summarize the pilot-signal blocks in a stream: count, latest progress and phase, exit.
+    #[command(after_help = "Examples:
+  sigbox pilot parse navigator.log
+  claude -p '...' | sigbox --json pilot parse")]
+    Parse {
+        /// The stream; `-` or nothing reads stdin.
+        file: Option<PathBuf>,
     },
 }
 

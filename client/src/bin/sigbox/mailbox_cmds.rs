@@ -14,6 +14,11 @@ use crate::cli::{AgentArgs, Cli, Command, SendArgs, WaitArgs};
 use crate::output::{Out, age, signal_human, signal_json, target_json};
 
 pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    // `tap` writes the child's output from its own threads: it must not run while this thread
+    // holds the stdout lock that `Out` keeps.
+    if let Command::Tap { name, to, command } = &cli.command {
+        return crate::stream_cmds::tap(&cli.root, name, to, command);
+    }
     let mut out = Out::new(cli.json);
     let root = cli.root;
     let code = match cli.command {
@@ -65,6 +70,9 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo => demo(&mut out)?,
         Command::Goblin(cmd) => crate::dialect_cmds::goblin(cmd, &mut out)?,
         Command::Mux(cmd) => crate::dialect_cmds::mux_cmd(cmd, &mut out)?,
+        Command::Flux(cmd) => crate::stream_cmds::flux(cmd, &mut out)?,
+        Command::Pilot(cmd) => crate::stream_cmds::pilot(cmd, &mut out)?,
+        Command::Tap { .. } => unreachable!("handled above"),
     };
     out.flush()?;
     Ok(code)

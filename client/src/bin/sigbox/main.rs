@@ -8,6 +8,7 @@ mod cli;
 mod dialect_cmds;
 mod mailbox_cmds;
 mod output;
+mod stream_cmds;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -48,6 +49,7 @@ fn init_tracing(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
         .with_target(false)
         .compact()
         .init();

@@ -1,0 +1,407 @@
+//! `sigbox flux ...`, `sigbox pilot ...` and `sigbox tap`.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::Path;
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use sigbox::flux::{self, FluxEvent, FluxParser, Verdict};
+use sigbox::pilot::{PilotEvent, PilotParser, PilotSummary, phase_progress};
+use sigbox::{Mailbox, NewSignal, SignalType, Target};
+
+use crate::cli::{FluxCmd, PilotCmd};
+use crate::output::Out;
+
+/// Reads `file` (or stdin for `None`/`-`) in chunks, as a stream.
+fn for_each_chunk(
+    file: Option<&Path>,
+    mut f: impl FnMut(&[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut reader: Box<dyn Read> = match file {
+        None => Box::new(std::io::stdin().lock()),
+        Some(p) if p == Path::new("-") => Box::new(std::io::stdin().lock()),
+        Some(p) => Box::new(std::fs::File::open(p).with_context(|| format!("{}", p.display()))?),
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let name = file.map_or("stdin".into(), |p| p.display().to_string());
+                return Err(anyhow::Error::new(e).context(name));
+            }
+        };
+        f(&buf[..n])?;
+    }
+}
+
+pub(crate) fn flux(cmd: FluxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
+    match cmd {
+        FluxCmd::Parse { file } => {
+            let mut p = FluxParser::default();
+            for_each_chunk(file.as_deref(), |chunk| {
+                for e in p.feed(chunk) {
+                    out.line(&e.to_json().to_string())?;
+                }
+                Ok(())
+            })?;
+            for e in p.finish() {
+                out.line(&e.to_json().to_string())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        FluxCmd::Result { path } => {
+            let bytes = std::fs::read(&path)
+                .with_context(|| format!("{}: cannot read the result document", path.display()))?;
+            let r = flux::validate_result(&bytes);
+            out.line(&r.to_json().to_string())?;
+            Ok(if r.valid {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+    }
+}
+
+pub(crate) fn pilot(cmd: PilotCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let PilotCmd::Parse { file } = cmd;
+    let mut p = PilotParser::default();
+    let mut summary = PilotSummary::default();
+    let mut warnings = Vec::new();
+    let mut fold = |events: Vec<PilotEvent>, summary: &mut PilotSummary| {
+        for e in events {
+            summary.update(&e);
+            if let PilotEvent::Warning { line, message } = e {
+                warnings.push((line, message));
+            }
+        }
+    };
+    for_each_chunk(file.as_deref(), |chunk| {
+        fold(p.feed(chunk), &mut summary);
+        Ok(())
+    })?;
+    fold(p.finish(), &mut summary);
+    if out.json() {
+        let mut v = summary.to_json();
+        v["warning_details"] = json!(
+            warnings
+                .iter()
+                .map(|(l, m)| json!({"line": l, "message": m}))
+                .collect::<Vec<_>>()
+        );
+        out.line(&v.to_string())?;
+    } else {
+        out.line(&format!("signals: {}", summary.signals))?;
+        out.line(&match summary.progress {
+            -1 => "progress: none (no status signal)".to_string(),
+            p => format!("progress: {p}%"),
+        })?;
+        out.line(
+            &match (summary.phase.as_str(), phase_progress(&summary.phase)) {
+                ("", _) => "phase: none".to_string(),
+                (ph, Some(pp)) => format!("phase: {ph} ({pp}%)"),
+                (ph, None) => format!("phase: {ph}"),
+            },
+        )?;
+        out.line(&format!(
+            "exit: {}",
+            match (summary.exit, summary.success) {
+                (false, _) => "no",
+                (true, Some(true)) => "yes (success)",
+                (true, Some(false)) => "yes (failure)",
+                (true, None) => "yes",
+            }
+        ))?;
+        for (l, m) in &warnings {
+            out.line(&format!("warning: line {l}: {m}"))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The mailbox signal a Flux signal becomes (spec/streams.md, "tap").
+pub(crate) fn from_flux(s: &flux::FluxSignal) -> (SignalType, String) {
+    let detail = s
+        .summary
+        .clone()
+        .or_else(|| s.reason.clone())
+        .unwrap_or_default();
+    match (s.verdict, s.reason.as_deref()) {
+        (Verdict::Proceed, _) => (
+            SignalType::Info,
+            format!("flux: proceed {detail}").trim_end().to_string(),
+        ),
+        (Verdict::Hold, Some("needs_human")) => (
+            SignalType::Pause,
+            s.question().map_or_else(
+                || {
+                    format!("flux: needs a human {detail}")
+                        .trim_end()
+                        .to_string()
+                },
+                str::to_string,
+            ),
+        ),
+        (Verdict::Hold, Some("already_complete")) => (
+            SignalType::Steer,
+            format!(
+                "flux: already complete; jump to {}",
+                s.target_state().unwrap_or("?")
+            ),
+        ),
+        (Verdict::Hold, _) => (
+            SignalType::Pause,
+            format!("flux: hold {detail}").trim_end().to_string(),
+        ),
+        (Verdict::Rework, _) => (
+            SignalType::Steer,
+            format!("flux: rework {detail}").trim_end().to_string(),
+        ),
+        (Verdict::Abort, _) => (
+            SignalType::Abort,
+            format!("flux: abort {detail}").trim_end().to_string(),
+        ),
+    }
+}
+
+/// The mailbox signal a Pilot signal becomes.
+pub(crate) fn from_pilot(s: &sigbox::pilot::PilotSignal) -> (SignalType, String) {
+    let msg = s
+        .message
+        .clone()
+        .or_else(|| s.reason.clone())
+        .unwrap_or_default();
+    if s.is_exit() {
+        return match s.success {
+            Some(false) => (
+                SignalType::Abort,
+                format!("pilot: exit, failed: {msg}").trim_end().to_string(),
+            ),
+            _ => (
+                SignalType::Info,
+                format!("pilot: exit {msg}").trim_end().to_string(),
+            ),
+        };
+    }
+    match s.signal_type.as_str() {
+        "stagnation" => (
+            SignalType::Pause,
+            format!(
+                "pilot: stagnation at iteration {}/{} {}",
+                s.iteration.map_or("?".into(), |i| i.to_string()),
+                s.max_iterations.map_or("?".into(), |i| i.to_string()),
+                s.indicators
+                    .as_ref()
+                    .map_or(String::new(), |i| Value::Object(i.clone()).to_string())
+            )
+            .trim_end()
+            .to_string(),
+        ),
+        "status" => (
+            SignalType::Info,
+            format!(
+                "pilot: {} {}% {msg}",
+                if s.phase.is_empty() { "-" } else { &s.phase },
+                s.progress
+            )
+            .trim_end()
+            .to_string(),
+        ),
+        other => (
+            SignalType::Info,
+            format!("pilot: {other} {} {msg}", s.phase)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+    }
+}
+
+/// Shared state of the two pump threads.
+struct Tap {
+    mailbox: Mailbox,
+    from: String,
+    to: Target,
+    progress_bar: bool,
+    stderr: Mutex<()>,
+    failed: AtomicBool,
+    progress: Mutex<Option<(i64, String)>>,
+}
+
+impl Tap {
+    fn send(&self, ty: SignalType, message: String, source: &str, raw: Value) {
+        let mut s = NewSignal::new(ty);
+        s.target(self.to.clone())
+            .message(message)
+            .from(self.from.clone())
+            .field("source", json!(source))
+            .field("source_signal", raw);
+        if let Err(e) = self.mailbox.send(&s) {
+            self.failed.store(true, Ordering::Relaxed);
+            let _g = self.stderr.lock();
+            let _ = writeln!(
+                std::io::stderr(),
+                "sigbox: tap: cannot send a mailbox signal: {e}"
+            );
+        }
+    }
+
+    fn draw_bar(&self, err: &mut std::io::StderrLock<'_>) {
+        if let Some((p, phase)) = &*self.progress.lock().unwrap_or_else(|e| e.into_inner()) {
+            let filled = (*p as usize * 30) / 100;
+            let _ = write!(
+                err,
+                "\r\x1b[2K[{}{}] {p:>3}% {phase}",
+                "#".repeat(filled),
+                "-".repeat(30 - filled)
+            );
+            let _ = err.flush();
+        }
+    }
+
+    /// Passes a chunk of the child's output through unchanged, now.
+    fn pass_through(&self, is_stderr: bool, chunk: &[u8]) {
+        let _g = self.stderr.lock();
+        if is_stderr || self.progress_bar {
+            let mut err = std::io::stderr().lock();
+            if self.progress_bar {
+                let _ = err.write_all(b"\r\x1b[2K");
+            }
+            if is_stderr {
+                let _ = err.write_all(chunk);
+            }
+            let _ = err.flush();
+        }
+        if !is_stderr {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(chunk);
+            let _ = out.flush();
+        }
+        if self.progress_bar && chunk.ends_with(b"\n") {
+            self.draw_bar(&mut std::io::stderr().lock());
+        }
+    }
+
+    fn handle(&self, flux_events: Vec<FluxEvent>, pilot_events: Vec<PilotEvent>) {
+        for e in flux_events {
+            match e {
+                FluxEvent::Signal(s) => {
+                    let (ty, msg) = from_flux(&s);
+                    self.send(ty, msg, "flux", s.to_json());
+                }
+                other => tracing::warn!(event = %other.to_json(), "flux: not a valid signal"),
+            }
+        }
+        for e in pilot_events {
+            match e {
+                PilotEvent::Signal(s) => {
+                    if s.signal_type == "status" || !s.phase.is_empty() {
+                        let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+                        let prev = p.take().unwrap_or((0, String::new()));
+                        let progress = if s.signal_type == "status" {
+                            s.progress
+                        } else {
+                            prev.0
+                        };
+                        let phase = if s.phase.is_empty() {
+                            prev.1
+                        } else {
+                            s.phase.clone()
+                        };
+                        *p = Some((progress, phase));
+                    }
+                    if self.progress_bar {
+                        let _g = self.stderr.lock();
+                        self.draw_bar(&mut std::io::stderr().lock());
+                    }
+                    let (ty, msg) = from_pilot(&s);
+                    self.send(ty, msg, "pilot", s.to_json());
+                }
+                PilotEvent::Warning { line, message } => {
+                    tracing::warn!(line, message, "pilot: block skipped")
+                }
+            }
+        }
+    }
+}
+
+fn pump(tap: &Tap, mut src: impl Read, is_stderr: bool) {
+    let (mut f, mut p) = (FluxParser::default(), PilotParser::default());
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let chunk = &buf[..n];
+        tap.pass_through(is_stderr, chunk);
+        tap.handle(f.feed(chunk), p.feed(chunk));
+    }
+    tap.handle(f.finish(), p.finish());
+}
+
+pub(crate) fn tap(
+    root: &Path,
+    from: &str,
+    to: &str,
+    command: &[String],
+) -> anyhow::Result<ExitCode> {
+    let mailbox = Mailbox::open(root)?;
+    let to = Target::parse(Some(to)).map_err(anyhow::Error::msg)?;
+    let (program, args) = command.split_first().context("no command given after --")?;
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("{program}: cannot run"))?;
+    let tap = Arc::new(Tap {
+        mailbox,
+        from: from.to_string(),
+        to,
+        progress_bar: std::io::stderr().is_terminal(),
+        stderr: Mutex::new(()),
+        failed: AtomicBool::new(false),
+        progress: Mutex::new(None),
+    });
+    let out = child.stdout.take().expect("piped");
+    let err = child.stderr.take().expect("piped");
+    let t1 = {
+        let tap = tap.clone();
+        std::thread::spawn(move || pump(&tap, out, false))
+    };
+    let t2 = {
+        let tap = tap.clone();
+        std::thread::spawn(move || pump(&tap, err, true))
+    };
+    let status = child
+        .wait()
+        .with_context(|| format!("{program}: cannot wait"))?;
+    let _ = t1.join();
+    let _ = t2.join();
+    if tap.progress_bar && tap.progress.lock().map(|p| p.is_some()).unwrap_or(false) {
+        eprintln!();
+    }
+    let code = match status.code() {
+        Some(c) => c,
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            128 + status.signal().unwrap_or(0)
+        }
+    };
+    if code == 0 && tap.failed.load(Ordering::Relaxed) {
+        // The command succeeded but some of its signals did not reach the mailbox: never hide
+        // that behind a success.
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
