@@ -130,6 +130,7 @@ pub const MAX_LINE: usize = 1024 * 1024;
 pub struct FluxParser {
     lines: LineSplitter,
     last: Option<FluxSignal>,
+    needle: memchr::memmem::Finder<'static>,
 }
 
 impl Default for FluxParser {
@@ -144,6 +145,7 @@ impl FluxParser {
         FluxParser {
             lines: LineSplitter::new(max_line),
             last: None,
+            needle: memchr::memmem::Finder::new(KEY).into_owned(),
         }
     }
 
@@ -155,7 +157,9 @@ impl FluxParser {
                 out.push(e);
             }
         };
-        self.lines.feed(chunk, &mut f);
+        // Every signal line contains the key (embedded ones too, escaped or not): only those
+        // lines need looking at.
+        self.lines.feed_sparse(chunk, &self.needle, &mut f);
         self.remember(&out);
         out
     }
@@ -187,10 +191,13 @@ impl FluxParser {
     }
 }
 
+const KEY: &[u8] = b"flux:signal";
+
 fn event_of(l: Line<'_>) -> Option<FluxEvent> {
     match l {
         Line::TooLong(line, len) => Some(FluxEvent::TooLong { line, len }),
         Line::Text(line, text) => parse_line(line, text),
+        Line::Gap(_) => None,
     }
 }
 
@@ -199,7 +206,7 @@ pub fn parse_line(line: usize, text: &[u8]) -> Option<FluxEvent> {
     let t = text.trim_ascii();
     // Fast path: a signal line is a JSON object mentioning the key, directly or embedded in a
     // stream-json tool result.
-    if t.first() != Some(&b'{') || memchr::memmem::find(t, b"flux:signal").is_none() {
+    if t.first() != Some(&b'{') || memchr::memmem::find(t, KEY).is_none() {
         return None;
     }
     let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(t) else {

@@ -8,6 +8,9 @@ pub enum Line<'a> {
     Text(usize, &'a [u8]),
     /// A line longer than the cap: reported once, its bytes dropped. `len` is its full length.
     TooLong(usize, usize),
+    /// With [`LineSplitter::feed_sparse`]: complete lines that do not contain the needle, raw
+    /// (newlines and `\r` included). Line numbers still count them.
+    Gap(&'a [u8]),
 }
 
 /// Splits a byte stream into lines. Only the unfinished tail of a line is buffered, and never
@@ -70,6 +73,68 @@ impl LineSplitter {
         }
     }
 
+    /// Like [`LineSplitter::feed`], but hands out as [`Line::Text`] only the lines that contain
+    /// `needle` (and any line that had to be joined across chunks); the other complete lines
+    /// come as [`Line::Gap`] runs. Finding the needle and counting newlines are SIMD searches, so
+    /// a stream with few interesting lines is read at close to memory speed. The line numbers
+    /// and the events are exactly those of [`LineSplitter::feed`].
+    pub fn feed_sparse(
+        &mut self,
+        chunk: &[u8],
+        needle: &memchr::memmem::Finder<'_>,
+        f: &mut dyn FnMut(Line<'_>),
+    ) {
+        // A line lying wholly inside a piece no longer than the cap cannot exceed the cap:
+        // only a line continuing a buffered tail needs its length checked.
+        for piece in chunk.chunks(self.max_len.max(1)) {
+            self.feed_piece_sparse(piece, needle, f);
+        }
+    }
+
+    fn feed_piece_sparse(
+        &mut self,
+        mut chunk: &[u8],
+        needle: &memchr::memmem::Finder<'_>,
+        f: &mut dyn FnMut(Line<'_>),
+    ) {
+        if !self.buf.is_empty() || self.overflow.is_some() {
+            let Some(nl) = memchr::memchr(b'\n', chunk) else {
+                self.push_partial(chunk);
+                return;
+            };
+            self.feed(&chunk[..=nl], f);
+            chunk = &chunk[nl + 1..];
+        }
+        let Some(last_nl) = memchr::memrchr(b'\n', chunk) else {
+            self.push_partial(chunk);
+            return;
+        };
+        let region = &chunk[..=last_nl];
+        let mut pos = 0;
+        for m in needle.find_iter(region) {
+            if m < pos {
+                continue; // a second match on a line already handed out
+            }
+            let start = memchr::memrchr(b'\n', &region[pos..m]).map_or(pos, |i| pos + i + 1);
+            let end =
+                m + memchr::memchr(b'\n', &region[m..]).expect("the region ends with a newline");
+            if start > pos {
+                let gap = &region[pos..start];
+                self.line_no += memchr::memchr_iter(b'\n', gap).count();
+                f(Line::Gap(gap));
+            }
+            self.line_no += 1;
+            f(Line::Text(self.line_no, strip_cr(&region[start..end])));
+            pos = end + 1;
+        }
+        if pos < region.len() {
+            let gap = &region[pos..];
+            self.line_no += memchr::memchr_iter(b'\n', gap).count();
+            f(Line::Gap(gap));
+        }
+        self.push_partial(&chunk[last_nl + 1..]);
+    }
+
     fn push_partial(&mut self, part: &[u8]) {
         if let Some(seen) = &mut self.overflow {
             *seen += part.len();
@@ -109,6 +174,7 @@ mod tests {
             out.push(match l {
                 Line::Text(n, t) => format!("{n}:{}", String::from_utf8_lossy(t)),
                 Line::TooLong(n, len) => format!("{n}:too long ({len})"),
+                Line::Gap(g) => format!("gap:{}", String::from_utf8_lossy(g)),
             })
         };
         for c in chunks {
@@ -134,5 +200,34 @@ mod tests {
         );
         assert_eq!(collect(&[b"\n\n"], 10), ["1:", "2:"]);
         assert_eq!(collect(&[b"0123456789\n"], 10), ["1:0123456789"]);
+    }
+
+    #[test]
+    fn sparse_hands_out_matching_lines_and_gaps_with_the_same_numbers() {
+        let finder = memchr::memmem::Finder::new(b"!!");
+        let mut s = LineSplitter::new(16);
+        let mut out = Vec::new();
+        let mut f = |l: Line<'_>| {
+            out.push(match l {
+                Line::Text(n, t) => format!("{n}:{}", String::from_utf8_lossy(t)),
+                Line::TooLong(n, len) => format!("{n}:too long ({len})"),
+                Line::Gap(g) => format!("gap:{}", g.len()),
+            })
+        };
+        s.feed_sparse(b"a\nb!!\r\nc\nd\n!! !!\nlong-line-", &finder, &mut f);
+        s.feed_sparse(b"that-goes-on\ne\n", &finder, &mut f);
+        s.finish(&mut f);
+        assert_eq!(
+            out,
+            [
+                "gap:2",
+                "2:b!!",
+                "gap:4",
+                "5:!! !!",
+                "6:too long (22)",
+                "gap:2"
+            ]
+        );
+        assert_eq!(s.line_no(), 7);
     }
 }

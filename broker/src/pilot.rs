@@ -166,6 +166,7 @@ pub struct PilotParser {
     block: Vec<u8>,
     max_block: usize,
     overflowed: bool,
+    fence: memchr::memmem::Finder<'static>,
 }
 
 impl Default for PilotParser {
@@ -183,14 +184,18 @@ impl PilotParser {
             block: Vec::new(),
             max_block: max,
             overflowed: false,
+            fence: memchr::memmem::Finder::new(b"```").into_owned(),
         }
     }
 
     /// Feeds a chunk; returns the events of the blocks it completed.
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<PilotEvent> {
         let mut out = Vec::new();
+        // Every state change happens on a line with a fence: only those lines need looking at;
+        // inside a block the lines between come as raw runs.
         let mut lines = std::mem::replace(&mut self.lines, LineSplitter::new(0));
-        lines.feed(chunk, &mut |l| self.line(l, &mut out));
+        let fence = self.fence.clone();
+        lines.feed_sparse(chunk, &fence, &mut |l| self.line(l, &mut out));
         self.lines = lines;
         out
     }
@@ -215,6 +220,17 @@ impl PilotParser {
     fn line(&mut self, l: Line<'_>, out: &mut Vec<PilotEvent>) {
         let (n, text) = match l {
             Line::Text(n, t) => (n, t),
+            Line::Gap(raw) => {
+                if let State::Block(_) = self.state {
+                    if self.block.len() + raw.len() > self.max_block {
+                        self.overflowed = true;
+                        self.block.clear();
+                    } else if !self.overflowed {
+                        self.block.extend_from_slice(raw);
+                    }
+                }
+                return;
+            }
             Line::TooLong(n, len) => {
                 out.push(PilotEvent::Warning {
                     line: n,
