@@ -22,7 +22,7 @@ fn stream(mb: usize) -> Vec<u8> {
     while out.len() < mb * 1024 * 1024 {
         out.extend_from_slice(lines[i % lines.len()].as_bytes());
         i += 1;
-        if i % 200_000 == 0 {
+        if i.is_multiple_of(200_000) {
             out.extend_from_slice(
                 b"{\"flux:signal\": {\"verdict\": \"proceed\", \"summary\": \"checkpoint\"}}\n",
             );
