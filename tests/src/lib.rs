@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 pub mod crash;
+pub mod fuzz_checks;
 
 use std::collections::BTreeSet;
 use std::path::Path;
