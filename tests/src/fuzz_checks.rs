@@ -80,7 +80,9 @@ pub fn flux_result(data: &[u8]) {
 /// Names: classification never panics; a canonical name round-trips through the codec.
 pub fn names(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else {
-        let _ = sigbox::name::classify(std::ffi::OsStr::new(&String::from_utf8_lossy(data).into_owned()));
+        let _ = sigbox::name::classify(std::ffi::OsStr::new(
+            &String::from_utf8_lossy(data).into_owned(),
+        ));
         return;
     };
     let _ = sigbox::name::classify(std::ffi::OsStr::new(s));
@@ -101,7 +103,11 @@ fn sigbox_chrono_utc(secs: i64, nanos: u32) -> chrono::DateTime<chrono::Utc> {
 
 /// Signal bodies (JSON and YAML), Goblin payloads and mux records: never panic, never hang.
 pub fn bodies(data: &[u8]) {
-    for name in ["x.json", "x.yaml", "signal.20260101T000000.000000Z.00000000000000000000000000000000.INFO.ALL.json"] {
+    for name in [
+        "x.json",
+        "x.yaml",
+        "signal.20260101T000000.000000Z.00000000000000000000000000000000.INFO.ALL.json",
+    ] {
         let _ = sigbox::Signal::parse_file_bytes(data, std::path::Path::new(name));
     }
     for g in sigbox::goblin::GoblinSignal::ALL {
@@ -112,7 +118,9 @@ pub fn bodies(data: &[u8]) {
 
 /// Runs `check` on every file of `fuzz/corpus/<target>/`; returns how many it ran.
 pub fn replay(target: &str, check: fn(&[u8])) -> usize {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target);
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let p = e.unwrap().path();
