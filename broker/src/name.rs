@@ -247,11 +247,13 @@ pub fn valid_agent(name: &str) -> bool {
         && !name.eq_ignore_ascii_case("ALL")
 }
 
-fn digits(s: &str) -> Option<i64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+/// A run of ASCII digits as a number. Byte-based: callers slice by byte offsets, and a name
+/// may hold multi-byte characters anywhere.
+fn digits(s: &[u8]) -> Option<i64> {
+    if s.is_empty() || s.len() > 18 || !s.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    s.parse().ok()
+    Some(s.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
 }
 
 fn naive(year: i64, month: u32, day: u32, hhmmss: i64) -> Option<NaiveDateTime> {
@@ -271,15 +273,16 @@ fn naive(year: i64, month: u32, day: u32, hhmmss: i64) -> Option<NaiveDateTime> 
 /// digits: a uniqueness suffix, ignored). Without a zone the time is local. A 4-digit `-NNNN`
 /// is a suffix, not a negative offset: upstream's `-<random4>` would otherwise be misread.
 pub fn parse_ralph_instant(stem: &str) -> Option<i128> {
-    let rest = stem.strip_prefix("signal.")?;
-    let (date, rest) = rest.split_once('-')?;
+    let rest = stem.strip_prefix("signal.")?.as_bytes();
+    let dash = rest.iter().position(|&b| b == b'-')?;
+    let (date, rest) = (&rest[..dash], &rest[dash + 1..]);
     let year = match date.len() {
         6 => 2000 + digits(&date[..2])?,
         8 => digits(&date[..4])?,
         _ => return None,
     };
     let md = digits(&date[date.len() - 4..])?;
-    if rest.len() < 6 || !rest.is_char_boundary(6) {
+    if rest.len() < 6 {
         return None;
     }
     let time = digits(&rest[..6])?;
@@ -287,22 +290,24 @@ pub fn parse_ralph_instant(stem: &str) -> Option<i128> {
     let mut tail = &rest[6..];
     let mut offset_secs: Option<i64> = None;
     let mut millis = 0i64;
-    while !tail.is_empty() {
-        if let Some(t) = tail.strip_prefix('Z') {
+    while let Some(&first) = tail.first() {
+        if first == b'Z' {
             offset_secs = Some(0);
-            tail = t;
+            tail = &tail[1..];
         } else if let Some((secs, t)) = zone(tail) {
             offset_secs = Some(secs);
             tail = t;
-        } else if let Some(t) = tail.strip_prefix('-') {
+        } else if first == b'-' {
+            let t = &tail[1..];
             let end = t
-                .find(|c: char| !c.is_ascii_alphanumeric())
+                .iter()
+                .position(|c| !c.is_ascii_alphanumeric())
                 .unwrap_or(t.len());
             let part = &t[..end];
             if part.is_empty() {
                 return None;
             }
-            if part.len() <= 3 && part.bytes().all(|b| b.is_ascii_digit()) {
+            if part.len() <= 3 && part.iter().all(u8::is_ascii_digit) {
                 millis = digits(part)?;
             }
             tail = &t[end..];
@@ -321,16 +326,15 @@ pub fn parse_ralph_instant(stem: &str) -> Option<i128> {
 }
 
 /// `+HHMM`, `+HH:MM` or `-HH:MM` at the start of `s`: (offset seconds east, rest).
-fn zone(s: &str) -> Option<(i64, &str)> {
-    let sign = match s.as_bytes().first()? {
+fn zone(s: &[u8]) -> Option<(i64, &[u8])> {
+    let sign = match s.first()? {
         b'+' => 1,
         b'-' => -1,
         _ => return None,
     };
-    let b = s.as_bytes();
-    let (hh, mm, len) = if b.len() >= 6 && b[3] == b':' {
+    let (hh, mm, len) = if s.len() >= 6 && s[3] == b':' {
         (digits(&s[1..3])?, digits(&s[4..6])?, 6)
-    } else if sign == 1 && b.len() >= 5 {
+    } else if sign == 1 && s.len() >= 5 {
         (digits(&s[1..3])?, digits(&s[3..5])?, 5)
     } else {
         return None;
@@ -429,6 +433,13 @@ mod tests {
         assert!(parse_ralph_instant("signal.260208-143000").is_some());
         assert_eq!(parse_ralph_instant("signal.261308-143000Z"), None);
         assert_eq!(parse_ralph_instant("notes"), None);
+        // Found by fuzzing: multi-byte characters where digits are expected.
+        assert_eq!(
+            parse_ralph_instant("signal.260208-143000+07.\u{f5}60208-0"),
+            None
+        );
+        assert_eq!(parse_ralph_instant("signal.26\u{e9}208-143000Z"), None);
+        assert_eq!(parse_ralph_instant("signal.260208-14\u{e9}000Z"), None);
     }
 
     #[test]

@@ -226,7 +226,14 @@ impl PilotParser {
                         self.overflowed = true;
                         self.block.clear();
                     } else if !self.overflowed {
-                        self.block.extend_from_slice(raw);
+                        // Exactly what the same lines give when they come one by one (without
+                        // their `\r`): the block must not depend on how the stream was split.
+                        for line in raw.split_inclusive(|&b| b == b'\n') {
+                            let line = line.strip_suffix(b"\n").unwrap_or(line);
+                            self.block
+                                .extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+                            self.block.push(b'\n');
+                        }
                     }
                 }
                 return;
