@@ -1114,8 +1114,11 @@ impl Mailbox {
                 }
             }
         };
+        // Quarantine the file this claim holds: `dest` may carry a `.dup-` name, and the plain
+        // name may be an earlier, valid record that must stay where it is.
         let parent = dest.parent().unwrap_or(&self.processed);
-        Ok(self.quarantine(parent, name, &reason, agent)?.map(Err))
+        let held = dest.file_name().unwrap_or(name);
+        Ok(self.quarantine(parent, held, &reason, agent)?.map(Err))
     }
 
     /// Delivers a broadcast to `agent` once: writes `acks/<id>/<agent>.ack` without replacing.

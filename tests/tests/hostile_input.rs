@@ -208,3 +208,211 @@ fn opening_a_missing_root_names_it() {
         "{err}"
     );
 }
+
+fn settled_mailbox(root: &Path) -> sigbox::Mailbox {
+    let mut o = MailboxOptions::new();
+    o.settle(Duration::ZERO);
+    o.init(root).unwrap()
+}
+
+/// Runs a pass on a thread, failing instead of hanging.
+fn pass_within(root: &Path, agent: &'static str) -> sigbox::Pass {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let root = root.to_path_buf();
+    std::thread::spawn(move || {
+        let mb = settled_mailbox(&root);
+        tx.send(mb.pass(agent, None).unwrap()).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the pass hung")
+}
+
+#[test]
+fn yaml_alias_bombs_and_deep_nesting_are_refused_quickly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let mb = settled_mailbox(&root);
+    // A billion laughs: each level doubles nine times.
+    let mut bomb = String::from(
+        "type: STEER\ntarget: Executor\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for i in 1..10 {
+        let prev = format!("*a{}", i - 1);
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [{}]\n",
+            vec![prev.as_str(); 9].join(", ")
+        ));
+    }
+    std::fs::write(root.join("inputs/bomb.yaml"), &bomb).unwrap();
+    let deep = format!(
+        "type: STEER\nx: {}1{}\n",
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    std::fs::write(root.join("inputs/deep.yaml"), deep).unwrap();
+    let deep_json = format!(
+        "{{\"type\": \"STEER\", \"x\": {}1{}}}",
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    std::fs::write(root.join("inputs/deep.json"), deep_json).unwrap();
+    let id = send_exec(&mb, "still delivered");
+    let started = std::time::Instant::now();
+    let pass = pass_within(&root, "Executor");
+    assert_eq!(pass.delivered.len(), 1);
+    assert_eq!(pass.delivered[0].id, id);
+    let names: Vec<&str> = pass.rejected.iter().map(|r| r.name.as_str()).collect();
+    for n in ["bomb.yaml", "deep.yaml", "deep.json"] {
+        assert!(names.contains(&n), "{n} not rejected: {:?}", pass.rejected);
+    }
+    // Not a timing assertion on the pass: a bound far above any honest parse, far below what
+    // an unbounded alias expansion (9^10 nodes) would take.
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn sockets_control_characters_and_growing_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let mb = settled_mailbox(&root);
+    let _sock = std::os::unix::net::UnixListener::bind(root.join("inputs/sock.yaml")).unwrap();
+    std::fs::write(
+        root.join("inputs/bell\u{7}.yaml"),
+        "type: STEER\ntarget: Executor\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("inputs/new\nline.json"),
+        r#"{"type": "STEER", "target": "Executor"}"#,
+    )
+    .unwrap();
+    // A file that keeps growing while sigbox reads it: never read past the cap, never hang.
+    let growing = root.join("inputs/growing.yaml");
+    std::fs::write(&growing, "type: STEER\ntarget: Executor\nmessage: ").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let growing = growing.clone();
+        std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(growing)
+                .unwrap();
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut written = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && written < 64 * 1024 * 1024 {
+                use std::io::Write;
+                f.write_all(&chunk).unwrap();
+                written += chunk.len();
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let id = send_exec(&mb, "good");
+    let pass = pass_within(&root, "Executor");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert_eq!(
+        pass.delivered
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>(),
+        [id.as_str()]
+    );
+    let reason = |n: &str| {
+        pass.rejected
+            .iter()
+            .find(|r| r.name == n)
+            .map(|r| r.reason.clone())
+    };
+    assert!(reason("sock.yaml").unwrap().contains("socket"));
+    assert!(
+        reason("bell\u{7}.yaml")
+            .unwrap()
+            .contains("control characters")
+    );
+    assert!(
+        reason("new\nline.json")
+            .unwrap()
+            .contains("control characters")
+    );
+    assert!(reason("growing.yaml").unwrap().contains("byte cap"));
+    assert!(root.join("rejected/growing.yaml").exists());
+}
+
+#[test]
+fn a_file_swapped_for_a_symlink_between_listing_and_opening_is_never_followed() {
+    // A hostile process swaps a dropped file for a symlink to a secret, as fast as it can,
+    // while passes run: the secret must never be delivered or copied, whatever the timing.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    settled_mailbox(&root);
+    let secret = tmp.path().join("secret.yaml");
+    std::fs::write(&secret, "type: STEER\ntarget: Executor\nmessage: SECRET\n").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, inputs, secret) = (stop.clone(), root.join("inputs"), secret.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let name = inputs.join(format!("swap{}.yaml", i % 4));
+                let tmp = inputs.join(format!(".swap{i}.tmp"));
+                let _ = std::fs::write(&tmp, "type: INFO\ntarget: Executor\nmessage: harmless\n");
+                let _ = std::fs::rename(&tmp, &name);
+                // Vary how long the regular file stays: every interleaving gets its turn.
+                std::thread::sleep(Duration::from_micros((i % 7) * 40));
+                let link = inputs.join(format!(".link{i}.tmp"));
+                let _ = std::os::unix::fs::symlink(&secret, &link);
+                let _ = std::fs::rename(&link, &name);
+                i += 1;
+            }
+        })
+    };
+    let mb = settled_mailbox(&root);
+    let (mut delivered, mut late_swaps) = (0, 0);
+    let started = std::time::Instant::now();
+    // At least 300 passes, and until both interleavings have happened (a harmless file
+    // delivered; a file swapped after it was claimed, caught when read), or 20 s.
+    let mut passes = 0;
+    while (passes < 300 || delivered == 0 || late_swaps == 0)
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        passes += 1;
+        let pass = mb.pass("Executor", None).unwrap();
+        assert!(pass.interrupted.is_none(), "{:?}", pass.interrupted);
+        for s in &pass.delivered {
+            assert_ne!(s.message.as_deref(), Some("SECRET"), "followed a symlink");
+            delivered += 1;
+        }
+        late_swaps += pass
+            .rejected
+            .iter()
+            .filter(|r| r.reason == "a symlink, not a signal file")
+            .count();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    for e in std::fs::read_dir(root.join("processed")).unwrap() {
+        let p = e.unwrap().path();
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        assert!(
+            meta.is_file(),
+            "{} in processed/ is not a regular file: {:?}",
+            p.display(),
+            meta.file_type()
+        );
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            !text.contains("SECRET"),
+            "the secret was copied into processed/"
+        );
+    }
+    assert!(
+        delivered > 0,
+        "the race really ran: some harmless files were delivered"
+    );
+    assert!(
+        late_swaps > 0,
+        "the race really ran: some files were swapped after their claim"
+    );
+}
