@@ -240,7 +240,7 @@ fn yaml_alias_bombs_and_deep_nesting_are_refused_quickly() {
         let prev = format!("*a{}", i - 1);
         bomb.push_str(&format!(
             "a{i}: &a{i} [{}]\n",
-            vec![prev.as_str(); 9].join(", ")
+            [prev.as_str(); 9].join(", ")
         ));
     }
     std::fs::write(root.join("inputs/bomb.yaml"), &bomb).unwrap();
