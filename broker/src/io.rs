@@ -52,6 +52,8 @@ pub enum FsOp<'a> {
     SyncDir(&'a Path),
     /// `unlink(path)`.
     Remove(&'a Path),
+    /// `chmod(path, mode)` of a file or directory this handle just created (shared mailboxes).
+    SetMode(&'a Path, u32),
 }
 
 /// Observes (and may fail) each filesystem effect; for fault-injection and crash tests.
@@ -106,6 +108,9 @@ pub(crate) struct Io {
     durability: Durability,
     hook: Option<Arc<dyn FsHook>>,
     poisoned: AtomicBool,
+    /// Modes for what this handle creates, in a shared (group) mailbox: `(dirs, files)`.
+    /// `None`: the process umask decides, as for any program.
+    shared_modes: Option<(u32, u32)>,
 }
 
 impl Io {
@@ -114,7 +119,23 @@ impl Io {
             durability,
             hook,
             poisoned: AtomicBool::new(false),
+            shared_modes: None,
         }
+    }
+
+    /// Creates directories and files group-writable (`dirs`, `files` modes), whatever the
+    /// umask: for a shared mailbox, where several users' processes move and annotate the same
+    /// files.
+    pub(crate) fn set_shared(&mut self, dirs: u32, files: u32) {
+        self.shared_modes = Some((dirs, files));
+    }
+
+    fn apply_mode(&self, path: &Path, mode: u32, file: Option<&File>) -> Result<()> {
+        self.effect(FsOp::SetMode(path, mode), || match file {
+            Some(f) => sys::set_mode_file(f, mode),
+            None => sys::set_mode_path(path, mode),
+        })
+        .map_err(|e| Error::io(path, &format!("cannot set mode {mode:o}"), e))
     }
 
     fn effect<T>(&self, op: FsOp<'_>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
@@ -153,7 +174,12 @@ impl Io {
     pub(crate) fn create_dir(&self, path: &Path) -> Result<bool> {
         self.check_poison(path)?;
         match self.effect(FsOp::CreateDir(path), || fs::create_dir(path)) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                if let Some((dirs, _)) = self.shared_modes {
+                    self.apply_mode(path, dirs, None)?;
+                }
+                Ok(true)
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(false),
             Err(e) => Err(Error::io(path, "cannot create directory", e)),
         }
@@ -169,6 +195,9 @@ impl Io {
                 OpenOptions::new().write(true).create_new(true).open(path)
             })
             .map_err(|e| Error::io(path, "cannot create file", e))?;
+        if let Some((_, files)) = self.shared_modes {
+            self.apply_mode(path, files, Some(&file))?;
+        }
         self.effect(FsOp::Write(path, data), || file.write_all(data))
             .map_err(|e| Error::io(path, "cannot write", e))?;
         self.sync_file(&file, path)

@@ -45,5 +45,6 @@ pub use error::{Error, ErrorKind, Result};
 pub use io::{Durability, FsHook, FsOp};
 pub use mailbox::{
     DEFAULT_QUORUM, Finished, LAYOUT, Mailbox, MailboxOptions, Pass, Pending, Presence, Rejection,
+    SHARED_DIR_MODE, SHARED_FILE_MODE,
 };
 pub use signal::{NewSignal, ROLES, Signal, SignalType, Target};

@@ -53,7 +53,14 @@ pub struct MailboxOptions {
     orchestrator: String,
     durability: Durability,
     hook: Option<Arc<dyn FsHook>>,
+    shared: bool,
 }
+
+/// Directory mode of a shared mailbox: group read/write/enter, setgid (files keep the root's
+/// group), nothing for others.
+pub const SHARED_DIR_MODE: u32 = 0o2770;
+/// File mode of a shared mailbox.
+pub const SHARED_FILE_MODE: u32 = 0o660;
 
 impl Default for MailboxOptions {
     fn default() -> Self {
@@ -65,6 +72,7 @@ impl Default for MailboxOptions {
             orchestrator: "Orchestrator".to_string(),
             durability: Durability::Durable,
             hook: None,
+            shared: false,
         }
     }
 }
@@ -138,6 +146,16 @@ impl MailboxOptions {
         self
     }
 
+    /// With `init`: create a shared layout: directories `2770` (group members read, write and
+    /// enter; setgid so every file keeps the root's group; others nothing), set explicitly
+    /// whatever the umask. Existing directories are never changed. Default: off (the umask
+    /// decides). A root that is setgid and group-writable is treated as shared when opened:
+    /// what sigbox creates in it is group-writable.
+    pub fn shared(&mut self, shared: bool) -> &mut Self {
+        self.shared = shared;
+        self
+    }
+
     /// Opens an existing mailbox at `root`.
     pub fn open(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
         let mb = Mailbox::new(root.as_ref(), self.clone());
@@ -158,7 +176,10 @@ impl MailboxOptions {
     ///
     /// **Durability:** every directory created is fsynced into its parent.
     pub fn init(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
-        let mb = Mailbox::new(root.as_ref(), self.clone());
+        let mut mb = Mailbox::new(root.as_ref(), self.clone());
+        if self.shared {
+            mb.io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
+        }
         let mut missing = Vec::new();
         let mut p = mb.root.as_path();
         while !p.as_os_str().is_empty() && !p.exists() {
@@ -383,7 +404,10 @@ impl Mailbox {
     }
 
     fn new(root: &Path, opts: MailboxOptions) -> Mailbox {
-        let io = Io::new(opts.durability, opts.hook.clone());
+        let mut io = Io::new(opts.durability, opts.hook.clone());
+        if crate::sys::is_shared_dir(root) {
+            io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
+        }
         Mailbox {
             inputs: root.join("inputs"),
             processed: root.join("processed"),
@@ -1104,7 +1128,18 @@ impl Mailbox {
                         // inode (on ext4, creating files right after frees is slow, and that
                         // would slow producers too).
                         let tail = handling_tail(&bytes, format, extra);
-                        self.io.append(dest, &tail)?;
+                        match self.io.append(dest, &tail) {
+                            Ok(()) => {}
+                            // A file dropped with a private mode by another user: the claim
+                            // (a rename, which needs only the directories) stands; only the
+                            // annotation is lost.
+                            Err(e)
+                                if e.io_error().is_some_and(crate::sys::is_permission_denied) =>
+                            {
+                                tracing::warn!(file = %dest.display(), "cannot annotate the claimed file (permission denied); the claim stands");
+                            }
+                            Err(e) => return Err(e),
+                        }
                         for (k, v) in extra {
                             sig.fields.insert(k.clone(), v.clone());
                         }

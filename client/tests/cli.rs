@@ -434,3 +434,107 @@ fn a_blocked_wait_does_not_spin() {
         "a blocked wait used {used} ns of CPU in one second"
     );
 }
+
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn a_shared_mailbox_stays_group_writable_whatever_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("team/signals");
+    // umask is per process: run the whole session in a shell with the umask most users have.
+    let script = format!(
+        "set -e; umask 022; S='{BIN}'; R='{r}'
+         \"$S\" --root \"$R\" init --shared
+         \"$S\" --root \"$R\" send info hello --target Executor
+         \"$S\" --root \"$R\" send info all
+         \"$S\" --root \"$R\" send steer p --target Planner
+         \"$S\" --root \"$R\" poll --as Executor
+         \"$S\" --root \"$R\" poll --as Orchestrator",
+        r = root.display()
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mode(&root), 0o2770);
+    for d in sigbox::LAYOUT {
+        assert_eq!(mode(&root.join(d)), 0o2770, "{d}");
+    }
+    assert_eq!(
+        mode(&root.join("buffered/Planner")),
+        0o2770,
+        "created later, same mode"
+    );
+    let check_files = |d: &std::path::Path| {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                assert_eq!(mode(&p), 0o2770, "{}", p.display());
+            } else {
+                assert_eq!(mode(&p), 0o660, "{}", p.display());
+            }
+        }
+    };
+    for d in ["inputs", "processed", "buffered/Planner"] {
+        check_files(&root.join(d));
+    }
+    for e in std::fs::read_dir(root.join("acks")).unwrap() {
+        let p = e.unwrap().path();
+        assert_eq!(mode(&p), 0o2770);
+        check_files(&p);
+    }
+    assert!(!sigbox_tests_names(&root.join("processed")).is_empty());
+}
+
+fn sigbox_tests_names(d: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn sigbox_never_widens_existing_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir(root.join("inputs")).unwrap();
+    std::fs::set_permissions(root.join("inputs"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let out = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["init", "--shared"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(mode(&root), 0o700, "an existing root keeps its mode");
+    assert_eq!(
+        mode(&root.join("inputs")),
+        0o750,
+        "an existing directory keeps its mode"
+    );
+    assert_eq!(
+        mode(&root.join("processed")),
+        0o2770,
+        "what init creates is shared"
+    );
+    let out = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["send", "info", "x"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // Not a shared root (no setgid, no group write): files follow the umask, nothing is widened.
+    for e in std::fs::read_dir(root.join("inputs")).unwrap() {
+        let m = mode(&e.unwrap().path());
+        assert_eq!(m & 0o002, 0, "never world-writable: {m:o}");
+    }
+}

@@ -91,6 +91,8 @@ impl FsHook for Recorder {
             FsOp::Rename { from, to, .. } => Op::Rename(from.into(), to.into()),
             FsOp::SyncDir(p) => Op::SyncDir(p.into()),
             FsOp::Remove(p) => Op::Remove(p.into()),
+            // Modes are not part of the crash model: they do not decide what survives.
+            FsOp::SetMode(..) => return,
             ref other => panic!("the crash model does not know {other:?}"),
         };
         self.ops.lock().unwrap().push(op);

@@ -73,3 +73,19 @@ pub(crate) fn mode_string(_path: &Path) -> String {
 pub(crate) fn device(_path: &Path) -> Option<u64> {
     None
 }
+
+pub(crate) fn set_mode_file(_f: &File, _mode: u32) -> io::Result<()> {
+    Ok(())
+}
+
+pub(crate) fn set_mode_path(_path: &Path, _mode: u32) -> io::Result<()> {
+    Ok(())
+}
+
+pub(crate) fn is_shared_dir(_path: &Path) -> bool {
+    false
+}
+
+pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied
+}

@@ -146,3 +146,30 @@ pub(crate) fn device(path: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| m.dev())
 }
+
+/// `fchmod`.
+pub(crate) fn set_mode_file(f: &File, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+/// `chmod` (of a directory this process just created; never followed through a symlink,
+/// since `mkdir` made it).
+pub(crate) fn set_mode_path(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// True when a mailbox root is shared: setgid and group-writable (what `init --shared` makes).
+pub(crate) fn is_shared_dir(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| {
+        let mode = m.permissions().mode();
+        mode & 0o2000 != 0 && mode & 0o020 != 0
+    })
+}
+
+/// True for "permission denied".
+pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied
+}

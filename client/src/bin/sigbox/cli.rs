@@ -31,8 +31,16 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Create the mailbox layout (idempotent).
-    #[command(after_help = "Example:\n  sigbox --root .ralph-sessions/s1/signals init")]
-    Init,
+    #[command(after_help = "Examples:
+  sigbox --root .ralph-sessions/s1/signals init
+  sigbox --root /srv/team/signals init --shared   # group-writable, whatever the umask")]
+    Init {
+        /// Create the layout for a team: directories 2770 (group members read, write and
+        /// enter; setgid keeps the group; others nothing), files 0660. Existing directories
+        /// are never changed.
+        #[arg(long)]
+        shared: bool,
+    },
     /// Send a signal; prints its id.
     #[command(after_help = "Examples:
   sigbox send steer \"prefer the v2 API\" --target Executor

@@ -22,8 +22,8 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut out = Out::new(cli.json);
     let root = cli.root;
     let code = match cli.command {
-        Command::Init => {
-            let mb = Mailbox::init(&root)?;
+        Command::Init { shared } => {
+            let mb = MailboxOptions::new().shared(shared).init(&root)?;
             out.emit(&json!({"root": mb.root(), "initialized": true}), || {
                 format!("initialized {}", mb.root().display())
             })?;
