@@ -318,6 +318,15 @@ impl Goblin {
     /// Opens the `.goblin/` directory of `worktree` (which must exist), creating `.goblin/` if
     /// needed. Settle window 1 s, size cap 1 MiB, durable writes.
     pub fn open(worktree: impl AsRef<Path>) -> Result<Goblin> {
+        Goblin::open_with_hook(worktree, None)
+    }
+
+    /// Like [`Goblin::open`], with a hook that sees every filesystem effect (for fault
+    /// injection and crash tests).
+    pub fn open_with_hook(
+        worktree: impl AsRef<Path>,
+        hook: Option<std::sync::Arc<dyn crate::FsHook>>,
+    ) -> Result<Goblin> {
         let worktree = worktree.as_ref();
         if !worktree.is_dir() {
             return Err(Error::new(
@@ -338,11 +347,11 @@ impl Goblin {
         }
         let g = Goblin {
             dir,
-            io: Io::new(Durability::Durable, None),
+            io: Io::new(Durability::Durable, hook),
             settle: Duration::from_secs(1),
             max_size: 1024 * 1024,
         };
-        if g.io.create_dir(&g.dir)? {
+        if !g.dir.is_dir() && g.io.create_dir(&g.dir)? {
             g.io.sync_dir(worktree)?;
         }
         Ok(g)

@@ -164,7 +164,20 @@ pub fn write_signal(
     fields: &MuxFields,
     format: MuxFormat,
 ) -> Result<PathBuf> {
-    let io = Io::new(Durability::Durable, None);
+    write_signal_with_hook(root, arg, status, fields, format, None)
+}
+
+/// Like [`write_signal`], with a hook that sees every filesystem effect (for fault injection
+/// and crash tests).
+pub fn write_signal_with_hook(
+    root: &Path,
+    arg: &Path,
+    status: MuxStatus,
+    fields: &MuxFields,
+    format: MuxFormat,
+    hook: Option<std::sync::Arc<dyn crate::FsHook>>,
+) -> Result<PathBuf> {
+    let io = Io::new(Durability::Durable, hook);
     let file = signal_file(root, arg, status)?;
     let dir = file.parent().expect("signal files have a parent");
     let mut missing = Vec::new();

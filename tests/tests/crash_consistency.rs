@@ -416,3 +416,155 @@ fn interrupted_claim_with_appended_block_is_finished_once() {
     assert!(pass.rejected.is_empty());
     assert!(mb.pass("Executor", None).unwrap().delivered.is_empty());
 }
+
+/// Enumerates crash points of `op` on a tree prepared by `prepare`, and checks each durable
+/// image with `check`. Returns the number of crash states.
+fn enumerate_tree(
+    prepare: &dyn Fn(&Path),
+    op: &dyn Fn(&Path, Arc<Recorder>) -> bool,
+    check: &dyn Fn(&Path, usize, bool),
+) -> usize {
+    let tmp = tempfile::tempdir().unwrap();
+    let template = tmp.path().join("t");
+    std::fs::create_dir_all(&template).unwrap();
+    prepare(&template);
+    let mut states = 0;
+    for n in 0.. {
+        let work = tmp.path().join(format!("w{n}"));
+        copy_tree(&template, &work);
+        let mut model = Model::snapshot(&work);
+        let rec = Arc::new(Recorder::freezing_at(n));
+        let ok = op(&work, rec.clone());
+        let completed = rec.attempted() <= n;
+        for o in rec.ops() {
+            model.apply(&o);
+        }
+        let crashed = tmp.path().join(format!("c{n}"));
+        model.durable(&crashed);
+        check(&crashed, n, ok);
+        states += 1;
+        if completed {
+            break;
+        }
+    }
+    states
+}
+
+#[test]
+fn crash_during_goblin_writes_and_transitions() {
+    use sigbox::goblin::{Goblin, GoblinSignal, PipelineState, Stage};
+    let old = br#"{"commits": 1}"#;
+    let body: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(r#"{"commits": 5, "files_changed": 8}"#).unwrap();
+    // Replacing a signal file: old or new, whole, never torn or lost.
+    let states = enumerate_tree(
+        &|t| {
+            std::fs::create_dir_all(t.join(".goblin")).unwrap();
+            std::fs::write(t.join(".goblin/build-complete"), old).unwrap();
+        },
+        &|w, rec| {
+            let g = Goblin::open_with_hook(w, Some(rec)).unwrap();
+            g.write(GoblinSignal::BuildComplete, Some(body.clone()))
+                .is_ok()
+        },
+        &|c, n, ok| {
+            let got = std::fs::read(c.join(".goblin/build-complete")).expect("signal file lost");
+            let v: serde_json::Value = serde_json::from_slice(&got).unwrap_or_else(|e| {
+                panic!(
+                    "crash at {n}: torn file {:?}: {e}",
+                    String::from_utf8_lossy(&got)
+                )
+            });
+            if ok {
+                assert_eq!(
+                    v["commits"], 5,
+                    "crash at {n}: the write returned but was lost"
+                );
+            } else {
+                assert!(v["commits"] == 1 || v["commits"] == 5, "crash at {n}: {v}");
+            }
+        },
+    );
+    // Consuming it on a transition (moved to .consumed/) and saving the stage.
+    let states2 = enumerate_tree(
+        &|t| {
+            std::fs::create_dir_all(t.join(".goblin")).unwrap();
+            std::fs::write(t.join(".goblin/build-complete"), old).unwrap();
+        },
+        &|w, rec| {
+            let g = Goblin::open_with_hook(w, Some(rec)).unwrap();
+            g.set_aside(GoblinSignal::BuildComplete, true).is_ok()
+                && g.save_state(PipelineState {
+                    stage: Stage::Review,
+                    retries: 0,
+                })
+                .is_ok()
+        },
+        &|c, n, ok| {
+            let here = c.join(".goblin/build-complete").exists();
+            let consumed: Vec<_> = std::fs::read_dir(c.join(".goblin/.consumed"))
+                .map(|rd| rd.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default();
+            assert!(
+                here || !consumed.is_empty(),
+                "crash at {n}: the signal was lost"
+            );
+            for p in &consumed {
+                assert_eq!(std::fs::read(p).unwrap(), old, "crash at {n}");
+            }
+            if ok {
+                assert!(!here, "crash at {n}: consumed twice");
+                let st = std::fs::read_to_string(c.join(".goblin/.sigbox-state.json")).unwrap();
+                assert!(st.contains("REVIEW"), "crash at {n}: {st}");
+            }
+        },
+    );
+    eprintln!("goblin: {} crash states checked", states + states2);
+    assert!(states + states2 >= 10);
+}
+
+#[test]
+fn crash_during_mux_signal_writes() {
+    use sigbox::mux::{self, MuxFields, MuxFormat, MuxStatus};
+    let states = enumerate_tree(
+        &|t| std::fs::create_dir_all(t.join("tmp/mux/s1")).unwrap(),
+        &|w, rec| {
+            let fields = MuxFields {
+                path: Some("tmp/out.md".into()),
+                size: Some(42),
+                ..MuxFields::default()
+            };
+            mux::write_signal_with_hook(
+                w,
+                Path::new("tmp/mux/s1/implement"),
+                MuxStatus::Success,
+                &fields,
+                MuxFormat::Kv,
+                Some(rec),
+            )
+            .is_ok()
+        },
+        &|c, n, ok| {
+            let f = c.join("tmp/mux/s1/.signals/implement.done");
+            match std::fs::read_to_string(&f) {
+                Ok(text) => {
+                    let r = mux::parse_record(text.as_bytes()).unwrap();
+                    assert_eq!(
+                        r.get("size").and_then(|v| v.as_str()),
+                        Some("42"),
+                        "crash at {n}: torn {text:?}"
+                    );
+                }
+                Err(_) => assert!(
+                    !ok,
+                    "crash at {n}: the write returned but the signal is gone"
+                ),
+            }
+            // Staging files are dot-files: never counted as signals.
+            let found = mux::find(&c.join("tmp/mux/s1"), None);
+            assert!(found.done.len() <= 1, "crash at {n}");
+        },
+    );
+    eprintln!("mux: {states} crash states checked");
+    assert!(states >= 6);
+}
