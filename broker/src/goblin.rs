@@ -421,6 +421,7 @@ impl Goblin {
                 Read_::HardLinked(n) => FileState::Invalid(format!(
                     "{n} hard links: it may be a link to a file outside the worktree"
                 )),
+                Read_::Unreadable(r) => FileState::Invalid(r),
                 Read_::Bytes(bytes, _) => match parse_payload(signal, &bytes) {
                     // A complete JSON object can only come from a complete write: no prefix
                     // of a JSON object is itself one. Trust it at once.

@@ -86,6 +86,9 @@ pub(crate) enum Read_ {
     TooLarge(u64),
     NotRegular(&'static str),
     HardLinked(u64),
+    /// Opening or reading failed (permission denied, I/O error): a property of the file, so
+    /// it is reported on the file rather than failing the whole pass.
+    Unreadable(String),
 }
 
 /// A directory entry as listed, without a `stat` when the platform gives the type.
@@ -330,11 +333,12 @@ impl Io {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Read_::Gone),
             Err(e) if is_symlink_error(&e) => return Ok(Read_::NotRegular("a symlink")),
-            Err(e) => return Err(Error::io(path, "cannot open", e)),
+            Err(e) => return Ok(Read_::Unreadable(format!("cannot open: {e}"))),
         };
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io(path, "cannot stat", e))?;
+        let meta = match file.metadata() {
+            Ok(m) => m,
+            Err(e) => return Ok(Read_::Unreadable(format!("cannot stat: {e}"))),
+        };
         let ft = meta.file_type();
         if !ft.is_file() {
             return Ok(Read_::NotRegular(if ft.is_dir() {
@@ -352,10 +356,9 @@ impl Io {
         }
         // The file may grow while we read: never read past the cap.
         let mut buf = Vec::with_capacity(stamp.size as usize);
-        (&mut file)
-            .take(cap + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| Error::io(path, "cannot read", e))?;
+        if let Err(e) = (&mut file).take(cap + 1).read_to_end(&mut buf) {
+            return Ok(Read_::Unreadable(format!("cannot read: {e}")));
+        }
         if buf.len() as u64 > cap {
             return Ok(Read_::TooLarge(buf.len() as u64));
         }

@@ -813,6 +813,7 @@ impl Mailbox {
                 Read_::TooLarge(n) => Err(self.too_large(n)),
                 Read_::NotRegular(what) => Err(format!("{what}, not a signal file")),
                 Read_::HardLinked(n) => Err(hard_linked(n)),
+                Read_::Unreadable(r) => Err(r),
                 Read_::Bytes(bytes, _) => signal::parse_body(&bytes, format).map(|body| {
                     let at = body
                         .created_at
@@ -1111,6 +1112,7 @@ impl Mailbox {
             Read_::TooLarge(n) => self.too_large(n),
             Read_::NotRegular(what) => format!("{what}, not a signal file"),
             Read_::HardLinked(n) => hard_linked(n),
+            Read_::Unreadable(r) => r,
             Read_::Bytes(bytes, _) => {
                 let fname = lossy(name);
                 let format = signal::format_of(&fname);
@@ -1202,7 +1204,8 @@ impl Mailbox {
                     Read_::TooLarge(n) => self.too_large(n),
                     Read_::NotRegular(w) => format!("{w}, not a signal file"),
                     Read_::HardLinked(n) => hard_linked(n),
-                    _ => unreachable!(),
+                    Read_::Unreadable(r) => r,
+                    Read_::Gone | Read_::Bytes(..) => unreachable!("matched above"),
                 };
                 if let Some(r) = self.quarantine(&self.inputs, name, &reason, agent)? {
                     pass.rejected.push(r);

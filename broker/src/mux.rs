@@ -341,6 +341,7 @@ pub fn read_record(file: &Path) -> std::result::Result<MuxRecord, String> {
         Read_::TooLarge(n) => return Err(format!("{n} bytes, over the 1048576 byte cap")),
         Read_::NotRegular(w) => return Err(format!("{w}, not a signal file")),
         Read_::HardLinked(n) => return Err(format!("{n} hard links, not read")),
+        Read_::Unreadable(r) => return Err(r),
     };
     let fields = parse_record(&bytes)?;
     let s = |k: &str| match fields.get(k) {

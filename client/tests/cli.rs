@@ -538,3 +538,80 @@ fn sigbox_never_widens_existing_modes() {
         assert_eq!(m & 0o002, 0, "never world-writable: {m:o}");
     }
 }
+
+#[test]
+fn an_unreadable_file_is_quarantined_not_fatal() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    let out = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["init"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let good = String::from_utf8(
+        Command::new(BIN)
+            .arg("--root")
+            .arg(&root)
+            .args(["send", "steer", "ok", "--target", "Executor"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let secret = root.join("inputs/secret.yaml");
+    std::fs::write(&secret, "type: STEER\ntarget: Executor\nmessage: private\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
+    // Let another user work in the mailbox (the layout is the shared part, the file is not).
+    for d in std::iter::once(dir.path().to_path_buf())
+        .chain(std::iter::once(root.clone()))
+        .chain(sigbox::LAYOUT.iter().map(|d| root.join(d)))
+    {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    std::fs::set_permissions(
+        root.join("inputs").join(format!("{}.json", good.trim())),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    // A dropped file is read once it has settled (2 s unchanged; ctime cannot be backdated).
+    std::thread::sleep(Duration::from_millis(2100));
+    // Root reads everything: run the checkpoint as an unprivileged user when we are root.
+    let uid = String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap();
+    let mut cmd = if uid.trim() == "0" {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN]);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    let out = cmd
+        .env("SIGBOX_ROOT", &root)
+        .args(["--json", "poll", "--as", "Executor", "--state", "X"])
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let delivered: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0]["id"], good.trim());
+    let reason = std::fs::read_to_string(root.join("rejected/secret.yaml.reason.json")).unwrap();
+    assert!(
+        reason.contains("cannot open") && reason.contains("ermission denied"),
+        "{reason}"
+    );
+    assert!(
+        root.join("rejected/secret.yaml").exists(),
+        "kept, never deleted"
+    );
+}
