@@ -103,13 +103,10 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_ref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
+/// The operating-system error is part of the message (one line naming the file, the reason
+/// and the OS error), so it is not also reported as a `source`, which error reporters would
+/// print a second time; [`Error::io_error`] gives it to code.
+impl std::error::Error for Error {}
 
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {

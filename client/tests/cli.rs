@@ -347,6 +347,16 @@ fn errors_exit_2_with_one_line_naming_the_file() {
     let out = env.run(&["--root", "/nonexistent/x", "poll", "--as", "Executor"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr_line(&out).contains("/nonexistent/x/inputs"));
+    let dir_as_root = env.root.join("inputs").join("x");
+    std::fs::write(&dir_as_root, "").unwrap();
+    let out = env.run(&["--root", dir_as_root.to_str().unwrap(), "init"]);
+    let line = stderr_line(&out);
+    assert_eq!(
+        line.matches("os error").count(),
+        1,
+        "the OS error once: {line}"
+    );
+
     let out = env.run(&["send", "bogus"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr_line(&out).contains("unknown signal type \"bogus\""));
