@@ -54,6 +54,7 @@ pub struct MailboxOptions {
     durability: Durability,
     hook: Option<Arc<dyn FsHook>>,
     shared: bool,
+    reuse_listings: bool,
 }
 
 /// Directory mode of a shared mailbox: group read/write/enter, setgid (files keep the root's
@@ -73,6 +74,7 @@ impl Default for MailboxOptions {
             durability: Durability::Durable,
             hook: None,
             shared: false,
+            reuse_listings: true,
         }
     }
 }
@@ -87,6 +89,8 @@ impl std::fmt::Debug for MailboxOptions {
             .field("orchestrator", &self.orchestrator)
             .field("durability", &self.durability)
             .field("hook", &self.hook.is_some())
+            .field("shared", &self.shared)
+            .field("reuse_listings", &self.reuse_listings)
             .finish()
     }
 }
@@ -156,6 +160,14 @@ impl MailboxOptions {
         self
     }
 
+    /// Reuse a directory listing while the directory's `lstat` stamp proves it current (see
+    /// `spec/mailbox.md` §5.1). Always off on network and FUSE filesystems, whose attribute
+    /// caches can serve a stale directory timestamp. Default: on.
+    pub fn reuse_listings(&mut self, reuse: bool) -> &mut Self {
+        self.reuse_listings = reuse;
+        self
+    }
+
     /// Opens an existing mailbox at `root`.
     pub fn open(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
         let mb = Mailbox::new(root.as_ref(), self.clone());
@@ -215,7 +227,7 @@ enum Source {
 }
 
 /// A routable file found by a scan.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Item {
     name: OsString,
     source: Source,
@@ -234,13 +246,32 @@ struct Route<'a> {
 }
 
 /// What a scan found besides routable items.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Scan {
     items: Vec<Item>,
     rejects: Vec<(OsString, Source, String)>,
     next_check: Option<SystemTime>,
     settling: Vec<OsString>,
+    /// A dropped (non-canonical) file was seen: its content can change in place without the
+    /// directory changing, so this listing is never reused.
+    foreign: bool,
 }
+
+/// A listing kept because the directory's stamp proves it current.
+#[derive(Clone, Debug)]
+struct Listing {
+    stamp: Stamp,
+    scan: Scan,
+}
+
+/// How much older than the listing the directory's last change must be for the listing to be
+/// kept. Directory timestamps come from a coarse clock (a scheduler tick: 1 to 10 ms), so a
+/// change made after the listing, within the same tick as an earlier change, could leave the
+/// timestamp as it was. With this margin, any later change gets a later timestamp (git's
+/// "racy index" rule).
+const RACY_MARGIN_NS: i128 = 50_000_000;
+/// The margin where timestamps look like whole seconds (filesystems with coarse timestamps).
+const RACY_MARGIN_COARSE_NS: i128 = 2_000_000_000;
 
 /// A dropped file's parse result: its body instant and body, or the reason it is invalid.
 type Peeked = std::result::Result<(Option<i128>, Body), String>;
@@ -251,6 +282,8 @@ struct Cache {
     peeks: HashMap<OsString, (Stamp, Peeked)>,
     /// Broadcasts this handle knows are acked, per agent.
     acked: HashSet<(String, OsString)>,
+    /// Listings proven current, per directory and agent.
+    listings: HashMap<(PathBuf, String), Listing>,
 }
 
 /// A file that a pass moved to `rejected/`.
@@ -403,7 +436,10 @@ impl Mailbox {
         MailboxOptions::new().init(root)
     }
 
-    fn new(root: &Path, opts: MailboxOptions) -> Mailbox {
+    fn new(root: &Path, mut opts: MailboxOptions) -> Mailbox {
+        if opts.reuse_listings && crate::sys::is_remote_fs(root) {
+            opts.reuse_listings = false;
+        }
         let mut io = Io::new(opts.durability, opts.hook.clone());
         if crate::sys::is_shared_dir(root) {
             io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
@@ -694,6 +730,7 @@ impl Mailbox {
                 ..item
             });
         }
+        scan.foreign = seen_foreign;
         if seen_foreign && cache.peeks.len() > 4 * scan.items.len() + 1024 {
             let keep: HashSet<&OsString> = scan.items.iter().map(|i| &i.name).collect();
             cache.peeks.retain(|k, _| keep.contains(k));
@@ -701,6 +738,64 @@ impl Mailbox {
         drop(cache);
         scan.items
             .sort_by(|a, b| (a.instant, &a.name).cmp(&(b.instant, &b.name)));
+        Ok(scan)
+    }
+
+    /// [`Mailbox::scan`] for one agent's pass, reusing the previous listing when the directory
+    /// provably has not changed since: same `lstat` stamp (device, inode, size, mtime, ctime),
+    /// taken before that listing, with the directory's last change older than the listing by
+    /// the racy margin, and nothing in it that needed a second look (no dropped files, nothing
+    /// settling or rejected). A repeated poll of an idle inbox is then one `lstat`.
+    fn scan_cached(
+        &self,
+        dir: &Path,
+        source: Source,
+        agent: &str,
+        relevant: &dyn Fn(&str) -> bool,
+        now: SystemTime,
+    ) -> Result<Scan> {
+        if !self.opts.reuse_listings {
+            return self.scan(dir, source, relevant, now);
+        }
+        let before = self.io.stamp(dir)?;
+        let key = (dir.to_path_buf(), agent.to_string());
+        if let Some(st) = before {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(l) = cache.listings.get(&key)
+                && l.stamp == st
+            {
+                return Ok(l.scan.clone());
+            }
+        }
+        let listed_at = ns_of(SystemTime::now());
+        let scan = self.scan(dir, source, relevant, now)?;
+        if let Some(st) = before {
+            let changed = st.mtime_ns.max(st.ctime_ns);
+            let whole_seconds =
+                st.mtime_ns % 1_000_000_000 == 0 && st.ctime_ns % 1_000_000_000 == 0;
+            let margin = if whole_seconds {
+                RACY_MARGIN_COARSE_NS
+            } else {
+                RACY_MARGIN_NS
+            };
+            let provable = !scan.foreign
+                && scan.rejects.is_empty()
+                && scan.settling.is_empty()
+                && scan.next_check.is_none()
+                && listed_at - changed > margin;
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if provable {
+                cache.listings.insert(
+                    key,
+                    Listing {
+                        stamp: st,
+                        scan: scan.clone(),
+                    },
+                );
+            } else {
+                cache.listings.remove(&key);
+            }
+        }
         Ok(scan)
     }
 
@@ -849,9 +944,9 @@ impl Mailbox {
         // A subagent only ever acts on its own, broadcast, and (none) files: skip the rest by
         // name. APPROVE/SKIP are never for a subagent.
         let relevant = |target: &str| -> bool { is_orch || target == agent || target == "ALL" };
-        let mut scan = self.scan(&self.inputs, Source::Inputs, &relevant, now)?;
+        let mut scan = self.scan_cached(&self.inputs, Source::Inputs, agent, &relevant, now)?;
         let own = self.buffered.join(agent);
-        let buf = self.scan(&own, Source::Buffer, &|_| true, now)?;
+        let buf = self.scan_cached(&own, Source::Buffer, agent, &|_| true, now)?;
         let mut pass = Pass {
             next_check: match (scan.next_check, buf.next_check) {
                 (Some(a), Some(b)) => Some(a.min(b)),
