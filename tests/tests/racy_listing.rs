@@ -38,7 +38,7 @@ fn a_signal_right_after_a_kept_listing_is_seen_by_the_next_pass() {
             .collect();
         assert_eq!(
             got,
-            [id.clone()],
+            std::slice::from_ref(&id),
             "round {round}: the new signal was hidden"
         );
     }
