@@ -222,18 +222,9 @@ impl PilotParser {
             Line::Text(n, t) => (n, t),
             Line::Gap(raw) => {
                 if let State::Block(_) = self.state {
-                    if self.block.len() + raw.len() > self.max_block {
-                        self.overflowed = true;
-                        self.block.clear();
-                    } else if !self.overflowed {
-                        // Exactly what the same lines give when they come one by one (without
-                        // their `\r`): the block must not depend on how the stream was split.
-                        for line in raw.split_inclusive(|&b| b == b'\n') {
-                            let line = line.strip_suffix(b"\n").unwrap_or(line);
-                            self.block
-                                .extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
-                            self.block.push(b'\n');
-                        }
+                    for line in raw.split_inclusive(|&b| b == b'\n') {
+                        let line = line.strip_suffix(b"\n").unwrap_or(line);
+                        self.block_line(line.strip_suffix(b"\r").unwrap_or(line));
                     }
                 }
                 return;
@@ -279,14 +270,25 @@ impl PilotParser {
                     } else {
                         parse_block(start, &body)
                     });
-                } else if self.block.len() + text.len() + 1 > self.max_block {
-                    self.overflowed = true;
-                    self.block.clear();
-                } else if !self.overflowed {
-                    self.block.extend_from_slice(text);
-                    self.block.push(b'\n');
+                } else {
+                    self.block_line(text);
                 }
             }
+        }
+    }
+}
+
+impl PilotParser {
+    /// Adds one line (without its line ending) to the open block, or marks the block over the
+    /// cap. The one place block content grows: the block must not depend on how the stream
+    /// was split into chunks.
+    fn block_line(&mut self, line: &[u8]) {
+        if self.block.len() + line.len() + 1 > self.max_block {
+            self.overflowed = true;
+            self.block.clear();
+        } else if !self.overflowed {
+            self.block.extend_from_slice(line);
+            self.block.push(b'\n');
         }
     }
 }
