@@ -183,6 +183,14 @@ fn enumerate(
     states
 }
 
+/// The operation under test: one pass of `agent`, recording what it handed over.
+fn pass_of(agent: &'static str) -> impl Fn(&Mailbox, &mut Handed) -> Option<String> {
+    move |mb, h| {
+        handed_of(mb.pass(agent, None), agent, h);
+        None
+    }
+}
+
 fn nothing(_: &Path, _: &Base) -> Handed {
     Vec::new()
 }
@@ -210,10 +218,7 @@ fn crash_during_claim() {
     let states = enumerate(
         "executor pass (claim + broadcast ack)",
         &nothing,
-        &|mb, h| {
-            handed_of(mb.pass("Executor", None), "Executor", h);
-            None
-        },
+        &pass_of("Executor"),
         true,
     );
     assert!(states >= 20);
@@ -224,10 +229,7 @@ fn crash_during_orchestrator_pass() {
     let states = enumerate(
         "orchestrator pass (buffer + claim + ack)",
         &nothing,
-        &|mb, h| {
-            handed_of(mb.pass("Orchestrator", None), "Orchestrator", h);
-            None
-        },
+        &pass_of("Orchestrator"),
         true,
     );
     assert!(states >= 15);
@@ -249,10 +251,7 @@ fn crash_during_claim_from_buffer() {
                 .map(|s| ("Orchestrator".to_string(), s.id))
                 .collect()
         },
-        &|mb, h| {
-            handed_of(mb.pass("Planner", None), "Planner", h);
-            None
-        },
+        &pass_of("Planner"),
         true,
     );
     assert!(states >= 10);

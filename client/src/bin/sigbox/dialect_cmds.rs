@@ -368,10 +368,7 @@ pub(crate) fn mux_cmd(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             require_pass,
             project_root,
         } => {
-            let session = mux::resolve(&project_root, &session)?;
-            let dir = signals_dir
-                .map(|d| mux::resolve(&project_root, &d))
-                .transpose()?;
+            let (session, dir) = session_dirs(&project_root, &session, signals_dir.as_deref())?;
             let deadline = timeout.map(|t| Instant::now() + t);
             let mut watch: Option<DirWatch> = None;
             loop {
@@ -413,15 +410,23 @@ pub(crate) fn mux_cmd(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             signals_dir,
             project_root,
         } => {
-            let session = mux::resolve(&project_root, &session)?;
-            let dir = signals_dir
-                .map(|d| mux::resolve(&project_root, &d))
-                .transpose()?;
+            let (session, dir) = session_dirs(&project_root, &session, signals_dir.as_deref())?;
             let found = mux::find(&session, dir.as_deref());
             warn_misplaced(&found);
             verify(&found, &action, out)
         }
     }
+}
+
+/// A session directory and an optional signals directory, both kept inside the project root.
+fn session_dirs(
+    root: &Path,
+    session: &Path,
+    signals_dir: Option<&Path>,
+) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    let session = mux::resolve(root, session)?;
+    let dir = signals_dir.map(|d| mux::resolve(root, d)).transpose()?;
+    Ok((session, dir))
 }
 
 fn warn_misplaced(found: &mux::Found) {
