@@ -49,6 +49,13 @@ pub fn paired(n: usize, warmup: usize, mut a: impl FnMut(), mut b: impl FnMut())
     (Stats::of(ta), Stats::of(tb))
 }
 
+/// The floor of a poll: list a directory and touch every name, nothing else.
+pub fn bare_read_dir(dir: &std::path::Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        std::hint::black_box(e.unwrap().file_name());
+    }
+}
+
 /// Formats a duration in microseconds.
 pub fn us(d: Duration) -> String {
     format!("{:.1} us", d.as_secs_f64() * 1e6)

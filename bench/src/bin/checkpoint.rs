@@ -7,16 +7,9 @@
 use std::fs::{self, File};
 use std::hint::black_box;
 use std::io::Write;
-use std::path::Path;
 
 use sigbox::{Mailbox, NewSignal, SignalType, Target};
-use sigbox_bench::{Stats, paired, ratio, us};
-
-fn bare_read_dir(dir: &Path) {
-    for e in fs::read_dir(dir).unwrap() {
-        black_box(e.unwrap().file_name());
-    }
-}
+use sigbox_bench::{Stats, bare_read_dir, paired, ratio, us};
 
 fn row(what: &str, base_name: &str, base: Stats, sigbox: Stats, target: &str) {
     println!(
