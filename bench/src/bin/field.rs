@@ -8,7 +8,7 @@
 use std::fs::{self, File};
 use std::hint::black_box;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
