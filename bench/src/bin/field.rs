@@ -296,6 +296,58 @@ fn main() {
         .print();
     }
 
+    // Upstream Ralph's claim: `mv` from a shell, one process per signal.
+    let mvdir = tmp.path().join("mv");
+    fs::create_dir_all(mvdir.join("inputs")).unwrap();
+    fs::create_dir_all(mvdir.join("processed")).unwrap();
+    for i in 0..60 {
+        fs::write(mvdir.join(format!("inputs/{i}.yaml")), b"type: INFO\n").unwrap();
+    }
+    let mut i = 0;
+    let mv = median(50, || {
+        let st = Command::new("mv")
+            .arg(mvdir.join(format!("inputs/{i}.yaml")))
+            .arg(mvdir.join("processed"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        i += 1;
+    });
+    println!(
+        "| claim by `mv` from a shell (upstream Ralph), no fsync | - | - | mv {} | - | - | one process per signal |",
+        fmt(mv)
+    );
+
+    // ext4 with `discard`: creating files right after many deletions is slow for a while.
+    // Measure it, beside the same creation before the deletions; sigbox's claims delete
+    // nothing and gc deletes at most 1,000 files per call, so producers are kept out of it.
+    // One directory throughout (new directories may land in other block groups, where nothing
+    // was freed): creation rate, then 20,000 files created and unlinked one by one, then the
+    // creation rate again at once.
+    let churn = tmp.path().join("churn");
+    fs::create_dir_all(&churn).unwrap();
+    let mut k = 0u64;
+    let mut create = |n: usize| -> Duration {
+        median(n, || {
+            k += 1;
+            File::create_new(churn.join(format!("keep{k}"))).unwrap();
+        })
+    };
+    let before = create(500);
+    for i in 0..20_000 {
+        File::create_new(churn.join(format!("doomed{i}"))).unwrap();
+    }
+    for i in 0..20_000 {
+        fs::remove_file(churn.join(format!("doomed{i}"))).unwrap();
+    }
+    let right_after = create(500);
+    println!(
+        "| create a file, right after 20,000 unlinks in the same directory, vs before | {} | {} | - | {:.2}x | - | uncontrolled: deletions by earlier runs on this filesystem weigh on both sides; sigbox claims unlink nothing, gc unlinks at most 1,000 per call |",
+        fmt(before),
+        fmt(right_after),
+        right_after.as_secs_f64() / before.as_secs_f64()
+    );
+
     // Peak RSS of a poll over 100,000 pending (a fresh process, so the peak is the poll's).
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--rss-probe", root.to_str().unwrap()])
