@@ -54,6 +54,9 @@ pub enum FsOp<'a> {
     Remove(&'a Path),
     /// `chmod(path, mode)` of a file or directory this handle just created (shared mailboxes).
     SetMode(&'a Path, u32),
+    /// `open(path, O_CREAT | O_RDWR)` of a presence lock file (never truncated, never synced:
+    /// presence does not survive a crash, by design).
+    OpenLock(&'a Path),
 }
 
 /// Observes (and may fail) each filesystem effect; for fault-injection and crash tests.
@@ -286,6 +289,25 @@ impl Io {
         };
         self.effect(op, || fs::rename(from, to))
             .map_err(|e| Error::io(from, &format!("cannot rename to {}", to.display()), e))
+    }
+
+    /// Opens (creating if needed) a presence lock file. `flock` works on a read-only descriptor,
+    /// so a lock file another user created (and may not have made writable) is opened
+    /// read-only; one this handle creates gets the shared mode in a shared mailbox.
+    pub(crate) fn open_lock(&self, path: &Path) -> Result<File> {
+        self.effect(FsOp::OpenLock(path), || {
+            match OpenOptions::new().write(true).create_new(true).open(path) {
+                Ok(f) => {
+                    if let Some((_, files)) = self.shared_modes {
+                        sys::set_mode_file(&f, files)?;
+                    }
+                    Ok(f)
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => File::open(path),
+                Err(e) => Err(e),
+            }
+        })
+        .map_err(|e| Error::io(path, "cannot open presence lock", e))
     }
 
     /// `unlink`; `Ok(false)` when the file is already gone.

@@ -584,13 +584,7 @@ impl Mailbox {
     pub fn presence(&self, agent: &str) -> Result<Presence> {
         self.check_agent(agent)?;
         let path = self.agents.join(format!("{agent}.lock"));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(&path, "cannot open presence lock", e))?;
+        let file = self.io.open_lock(&path)?;
         // Blocking is safe: exclusive locks on this file are only ever taken by `is_present`
         // with try_lock, and held for the duration of one check.
         file.lock_shared()

@@ -480,6 +480,18 @@ fn a_shared_mailbox_stays_group_writable_whatever_the_umask() {
         0o2770,
         "created later, same mode"
     );
+    let locks: Vec<_> = std::fs::read_dir(root.join("agents"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        locks.len(),
+        2,
+        "Executor and Orchestrator held presence: {locks:?}"
+    );
+    for l in &locks {
+        assert_eq!(mode(l), 0o660, "presence lock files too: {}", l.display());
+    }
     let check_files = |d: &std::path::Path| {
         for e in std::fs::read_dir(d).unwrap() {
             let p = e.unwrap().path();

@@ -93,6 +93,8 @@ impl FsHook for Recorder {
             FsOp::Remove(p) => Op::Remove(p.into()),
             // Modes are not part of the crash model: they do not decide what survives.
             FsOp::SetMode(..) => return,
+            // Presence lock files do not survive a crash by design: not part of the model.
+            FsOp::OpenLock(..) => return,
             ref other => panic!("the crash model does not know {other:?}"),
         };
         self.ops.lock().unwrap().push(op);
