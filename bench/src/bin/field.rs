@@ -296,6 +296,44 @@ fn main() {
         .print();
     }
 
+    // Upstream mux's poll: a Python script counting .done/.fail files (as check-signals.py
+    // does), a whole process each time, beside `sigbox mux check` on the same session.
+    let session = tmp.path().join("mux/s1");
+    fs::create_dir_all(session.join(".signals")).unwrap();
+    for i in 0..50 {
+        fs::write(
+            session.join(format!(".signals/{i}.done")),
+            b"status: success\n",
+        )
+        .unwrap();
+    }
+    let script = "import json,os,sys\nd=sys.argv[1]\nn=os.listdir(d)\nc=sum(f.endswith('.done') for f in n)\nf=sum(f.endswith('.fail') for f in n)\nprint(json.dumps({'complete':c,'failed':f,'expected':50,'status':'complete' if c+f>=50 and not f else 'incomplete'}))";
+    let py = median(20, || {
+        let st = Command::new("python3")
+            .args(["-c", script])
+            .arg(session.join(".signals"))
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    });
+    let sigbox_bin = std::env::current_exe().unwrap().with_file_name("sigbox");
+    let sb = median(20, || {
+        let st = Command::new(&sigbox_bin)
+            .args(["mux", "check", "s1", "--expected", "50", "--project-root"])
+            .arg(tmp.path().join("mux"))
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    });
+    println!(
+        "| mux check of 50 signals, whole process | - | {} | python3 poll script (upstream) {} | - | {:.2}x | upstream runs check-signals.py under `uv run` (slower still) |",
+        fmt(sb),
+        fmt(py),
+        sb.as_secs_f64() / py.as_secs_f64()
+    );
+
     // Upstream Ralph's claim: `mv` from a shell, one process per signal.
     let mvdir = tmp.path().join("mv");
     fs::create_dir_all(mvdir.join("inputs")).unwrap();
