@@ -396,6 +396,33 @@ fn help_has_an_example_for_every_command_and_completions_work() {
             "{cmd}: example does not use it:\n{text}"
         );
     }
+    for cmd in [
+        "goblin signal",
+        "goblin watch",
+        "goblin status",
+        "goblin clean",
+        "mux signal",
+        "mux check",
+        "mux verify",
+        "flux parse",
+        "flux result",
+        "pilot parse",
+        "tap",
+    ] {
+        let mut args: Vec<&str> = cmd.split(' ').collect();
+        args.push("--help");
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let example = text
+            .split_once("Example")
+            .map(|(_, rest)| rest)
+            .unwrap_or_else(|| panic!("{cmd} --help has no example:\n{text}"));
+        assert!(
+            example.contains(&format!("sigbox {cmd}"))
+                || example.contains(&format!("sigbox --root")),
+            "{cmd}: the example does not use it:\n{text}"
+        );
+    }
     let out = Command::new(BIN)
         .args(["completions", "bash"])
         .output()
