@@ -418,8 +418,7 @@ fn help_has_an_example_for_every_command_and_completions_work() {
             .map(|(_, rest)| rest)
             .unwrap_or_else(|| panic!("{cmd} --help has no example:\n{text}"));
         assert!(
-            example.contains(&format!("sigbox {cmd}"))
-                || example.contains(&format!("sigbox --root")),
+            example.contains(&format!("sigbox {cmd}")) || example.contains("sigbox --root"),
             "{cmd}: the example does not use it:\n{text}"
         );
     }
