@@ -94,16 +94,9 @@ impl DirWatch {
     pub fn new(dirs: &[(&Path, bool)]) -> notify::Result<DirWatch> {
         let (tx, rx) = mpsc::channel();
         let handler = move |res: notify::Result<notify::Event>| {
-            let wake = match res {
-                Ok(ev) if ev.need_rescan() => WakeUp::Rescan,
-                // Opening and reading a directory are events too (inotify's IN_OPEN,
-                // IN_CLOSE_NOWRITE): the waiter's own listing must not wake it, or it would
-                // spin.
-                Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => return,
-                Ok(_) => WakeUp::Changed,
-                Err(_) => WakeUp::Rescan,
-            };
-            let _ = tx.send(wake);
+            if let Some(wake) = wake_of(&res) {
+                let _ = tx.send(wake);
+            }
         };
         let mut watcher = notify::recommended_watcher(handler)?;
         for (dir, recursive) in dirs {
@@ -140,6 +133,21 @@ impl DirWatch {
     }
 }
 
+/// What a filesystem event means to a waiter. `None`: nothing to look at.
+fn wake_of(res: &notify::Result<notify::Event>) -> Option<WakeUp> {
+    match res {
+        // The kernel's queue overflowed (inotify IN_Q_OVERFLOW): events were lost, so the
+        // directories must be listed again, which the next pass does in full.
+        Ok(ev) if ev.need_rescan() => Some(WakeUp::Rescan),
+        // Opening and reading a directory are events too (inotify's IN_OPEN, IN_CLOSE_NOWRITE):
+        // the waiter's own listing must not wake it, or it would spin.
+        Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => None,
+        Ok(_) => Some(WakeUp::Changed),
+        // A watcher error may mean lost events too: rescan.
+        Err(_) => Some(WakeUp::Rescan),
+    }
+}
+
 /// One agent's checkpoint handle.
 pub struct Checkpoint {
     mailbox: Mailbox,
@@ -152,7 +160,7 @@ pub struct Checkpoint {
 }
 
 /// Why a wait woke up.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 enum WakeUp {
     Changed,
     Rescan,
@@ -339,6 +347,34 @@ impl Checkpoint {
                 return Ok(got);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{AccessKind, CreateKind, EventKind, Flag, ModifyKind, RenameMode};
+
+    #[test]
+    fn overflow_and_errors_rescan_reads_never_wake() {
+        let ev = |k| Ok(notify::Event::new(k));
+        assert_eq!(
+            wake_of(&ev(EventKind::Any).map(|e| e.set_flag(Flag::Rescan))),
+            Some(WakeUp::Rescan)
+        );
+        assert_eq!(
+            wake_of(&Err(notify::Error::generic("queue overflow"))),
+            Some(WakeUp::Rescan)
+        );
+        assert_eq!(wake_of(&ev(EventKind::Access(AccessKind::Any))), None);
+        assert_eq!(
+            wake_of(&ev(EventKind::Create(CreateKind::File))),
+            Some(WakeUp::Changed)
+        );
+        assert_eq!(
+            wake_of(&ev(EventKind::Modify(ModifyKind::Name(RenameMode::To)))),
+            Some(WakeUp::Changed)
+        );
     }
 }
 
