@@ -903,13 +903,24 @@ impl Mailbox {
                 Read_::NotRegular(what) => Err(format!("{what}, not a signal file")),
                 Read_::HardLinked(n) => Err(hard_linked(n)),
                 Read_::Unreadable(r) => Err(r),
-                Read_::Bytes(bytes, _) => signal::parse_body(&bytes, format).map(|body| {
-                    let at = body
-                        .created_at
-                        .and_then(|t| t.timestamp_nanos_opt())
-                        .map(i128::from);
-                    (at, body)
-                }),
+                Read_::Bytes(bytes, _) => signal::parse_body(&bytes, format)
+                    .or_else(|e| {
+                        // Strict for what people drop, except for the leftover of a claim that
+                        // a crash interrupted during its append (the same name is in
+                        // processed/): that file may end in a torn handling block.
+                        if self.processed.join(name).exists() {
+                            signal::parse_record(&bytes, format)
+                        } else {
+                            Err(e)
+                        }
+                    })
+                    .map(|body| {
+                        let at = body
+                            .created_at
+                            .and_then(|t| t.timestamp_nanos_opt())
+                            .map(i128::from);
+                        (at, body)
+                    }),
             },
         ))
     }

@@ -252,15 +252,27 @@ pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<
             if let Ok(body) = parse_body(bytes, Format::Yaml) {
                 return Ok(body);
             }
-            let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-            let Some(at) = text.rfind(YAML_HANDLING_MARKER) else {
-                return parse_body(bytes, Format::Yaml);
-            };
-            let mut body = parse_body(&bytes[..at + 1], Format::Yaml)?;
-            if let Ok(Value::Object(extra)) = parse_yaml(&text[at + 1..]) {
-                body.fields.extend(extra);
+            // A crash during the append can leave zeros (the size grew, the data never came)
+            // or a partial block after the original: read up to the first NUL, split at the
+            // block's marker, and drop an unterminated last line.
+            let end = memchr::memchr(0, bytes).unwrap_or(bytes.len());
+            let text = std::str::from_utf8(&bytes[..end]).map_err(|e| format!("not UTF-8: {e}"))?;
+            if let Some(at) = text.rfind(YAML_HANDLING_MARKER) {
+                let mut body = parse_body(&text.as_bytes()[..at + 1], Format::Yaml)?;
+                if let Ok(Value::Object(extra)) = parse_yaml(&text[at + 1..]) {
+                    body.fields.extend(extra);
+                }
+                return Ok(body);
             }
-            Ok(body)
+            match parse_body(text.as_bytes(), Format::Yaml) {
+                Ok(body) => Ok(body),
+                Err(e) => match text.rfind('\n') {
+                    Some(nl) if nl + 1 < text.len() => {
+                        parse_body(&text.as_bytes()[..nl + 1], Format::Yaml).map_err(|_| e)
+                    }
+                    _ => Err(e),
+                },
+            }
         }
     }
 }

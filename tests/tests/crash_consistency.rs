@@ -567,3 +567,31 @@ fn crash_during_mux_signal_writes() {
     eprintln!("mux: {states} crash states checked");
     assert!(states >= 6);
 }
+
+/// A crash during the append of a dropped YAML file's handling block: the source name came
+/// back (its directory was not synced) with a zero-filled tail, and processed/ holds the record.
+/// The signal is delivered once, not quarantined as malformed.
+#[test]
+fn interrupted_yaml_claim_with_a_zero_tail_is_finished_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mb = opts().init(tmp.path()).unwrap();
+    let body = "type: INFO\ntarget: Executor\nmessage: torn\n";
+    let mut torn = body.as_bytes().to_vec();
+    torn.extend_from_slice(&[0u8; 24]);
+    std::fs::write(tmp.path().join("inputs/note.yaml"), &torn).unwrap();
+    std::fs::write(
+        tmp.path().join("processed/note.yaml"),
+        format!("{body}handling_metadata:\n  handled_by: Executor\n"),
+    )
+    .unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    assert!(pass.rejected.is_empty(), "{:?}", pass.rejected);
+    assert_eq!(pass.delivered.len(), 1);
+    assert_eq!(pass.delivered[0].message.as_deref(), Some("torn"));
+    assert!(mb.pass("Executor", None).unwrap().delivered.is_empty());
+    // Without a claim to finish, the same bytes dropped by a person are malformed: refused.
+    std::fs::write(tmp.path().join("inputs/other.yaml"), &torn).unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    assert!(pass.delivered.is_empty());
+    assert_eq!(pass.rejected.len(), 1);
+}
