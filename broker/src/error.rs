@@ -25,8 +25,6 @@ pub enum ErrorKind {
     PathEscape,
     /// The mailbox root is missing its layout; run `init` first.
     NotInitialized,
-    /// Input that does not follow a dialect's format.
-    Parse,
 }
 
 /// An error with the file it concerns and the reason.
@@ -34,7 +32,6 @@ pub enum ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     path: Option<PathBuf>,
-    line: Option<usize>,
     reason: String,
     source: Option<io::Error>,
 }
@@ -44,7 +41,6 @@ impl Error {
         Error {
             kind,
             path: path.map(Path::to_path_buf),
-            line: None,
             reason: reason.into(),
             source: None,
         }
@@ -54,7 +50,6 @@ impl Error {
         Error {
             kind: ErrorKind::Io,
             path: Some(path.to_path_buf()),
-            line: None,
             reason: what.to_string(),
             source: Some(source),
         }
@@ -68,11 +63,6 @@ impl Error {
     /// The file the error concerns, when there is one.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
-    }
-
-    /// The 1-based line of the input, for parser errors.
-    pub fn line(&self) -> Option<usize> {
-        self.line
     }
 
     /// The reason, without the path.
@@ -89,11 +79,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(path) = &self.path {
-            write!(f, "{}", path.display())?;
-            if let Some(line) = self.line {
-                write!(f, ":{line}")?;
-            }
-            write!(f, ": ")?;
+            write!(f, "{}: ", path.display())?;
         }
         write!(f, "{}", self.reason)?;
         if let Some(source) = &self.source {

@@ -495,11 +495,6 @@ impl Mailbox {
         [&self.inputs, &self.buffered]
     }
 
-    /// The staging directory `tmp/`.
-    pub fn tmp_dir(&self) -> &Path {
-        &self.tmp
-    }
-
     /// True when `agent` is the orchestrator.
     pub fn is_orchestrator(&self, agent: &str) -> bool {
         agent == self.opts.orchestrator

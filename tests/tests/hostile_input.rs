@@ -257,7 +257,7 @@ fn yaml_alias_bombs_and_deep_nesting_are_refused_quickly() {
     );
     std::fs::write(root.join("inputs/deep.json"), deep_json).unwrap();
     let id = send_exec(&mb, "still delivered");
-    let started = std::time::Instant::now();
+    // An unbounded alias expansion (9^10 nodes) would hang: `pass_within` fails the test then.
     let pass = pass_within(&root, "Executor");
     assert_eq!(pass.delivered.len(), 1);
     assert_eq!(pass.delivered[0].id, id);
@@ -265,9 +265,6 @@ fn yaml_alias_bombs_and_deep_nesting_are_refused_quickly() {
     for n in ["bomb.yaml", "deep.yaml", "deep.json"] {
         assert!(names.contains(&n), "{n} not rejected: {:?}", pass.rejected);
     }
-    // Not a timing assertion on the pass: a bound far above any honest parse, far below what
-    // an unbounded alias expansion (9^10 nodes) would take.
-    assert!(started.elapsed() < Duration::from_secs(30));
 }
 
 #[test]

@@ -298,25 +298,6 @@ fn goblin_watch(
     }
 }
 
-fn fields_of(
-    path: Option<String>,
-    size: Option<u64>,
-    error: Option<String>,
-    trace_id: Option<String>,
-    version: Option<String>,
-    previous: Option<String>,
-) -> MuxFields {
-    MuxFields {
-        path,
-        size,
-        error,
-        trace_id,
-        version,
-        previous,
-        ..MuxFields::default()
-    }
-}
-
 pub(crate) fn mux_cmd(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
     match cmd {
         MuxCmd::Signal {
@@ -340,11 +321,18 @@ pub(crate) fn mux_cmd(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             } else {
                 MuxStatus::Fail
             };
-            let mut fields = fields_of(path, size, error, trace_id, version, previous);
-            fields.grade = grade;
-            fields.phase_num = phase_num;
-            fields.duration_seconds = duration_seconds;
-            fields.artifacts = artifact;
+            let fields = MuxFields {
+                path,
+                size,
+                error,
+                trace_id,
+                version,
+                previous,
+                grade,
+                phase_num,
+                duration_seconds,
+                artifacts: artifact,
+            };
             let format = if format == "kv" {
                 MuxFormat::Kv
             } else {
