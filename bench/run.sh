@@ -1,18 +1,42 @@
 #!/usr/bin/env bash
 # Runs every benchmark side by side on one filesystem and prints their markdown tables.
 # Usage: bench/run.sh [DIR]   (DIR: where the test mailboxes go; default: the current directory)
+#
+# As root, with losetup and mkfs.ext4, it also runs the `churn` benchmark on three fresh 2 GiB
+# ext4 images (no journal with discard, no journal without discard, journal with discard),
+# about 10 minutes in all; set SIGBOX_BENCH_NO_CHURN=1 to skip it.
 set -euo pipefail
 dir="${1:-.}"
 cd "$(dirname "$0")/.."
 cargo build --release -p sigbox-client -p sigbox-bench
+if ! python3 -c 'import dirq' 2>/dev/null; then
+  python3 -m pip install --quiet dirq 2>/dev/null || echo "(python-dirq could not be installed: the field table goes without it)"
+fi
 echo "## Checkpoint pass and durable send"; ./target/release/checkpoint "$dir"
 echo; echo "## Against the field"; ./target/release/field "$dir"
 echo; echo "## Waiting"; ./target/release/wait "$dir"
 echo; echo "## Stream parsers"; ./target/release/streams
-echo; echo "## python-dirq (same filesystem)"
-if python3 -c 'import dirq' 2>/dev/null || python3 -m pip install --quiet dirq 2>/dev/null; then
-  echo "| operation | median |"; echo "|---|---|"
-  python3 bench/dirq_bench.py "$dir"
+echo; echo "## Producers after mass deletions (churn)"
+if [ -n "${SIGBOX_BENCH_NO_CHURN:-}" ]; then
+  echo "(skipped: SIGBOX_BENCH_NO_CHURN is set)"
+elif [ "$(id -u)" != 0 ] || ! command -v losetup >/dev/null || ! command -v mkfs.ext4 >/dev/null; then
+  echo "(fresh ext4 images need root, losetup and mkfs.ext4: measuring $dir as it is)"
+  ./target/release/churn "$dir"
 else
-  echo "(dirq could not be installed: skipped)"
+  work="$(mktemp -d)"
+  trap 'umount "$work"/mnt 2>/dev/null || true; rm -rf "$work"' EXIT
+  mkdir "$work/mnt"
+  for fs in "no journal, discard:-O ^has_journal:discard" \
+            "no journal, no discard:-O ^has_journal:nodiscard" \
+            "journal, discard::discard"; do
+    IFS=: read -r label mkfs_opts mount_opts <<<"$fs"
+    echo; echo "### ext4 image: $label"
+    truncate -s 2G "$work/img"
+    # shellcheck disable=SC2086 # mkfs_opts is a list of options
+    mkfs.ext4 -q -F $mkfs_opts "$work/img"
+    mount -o "loop,$mount_opts" "$work/img" "$work/mnt"
+    ./target/release/churn "$work/mnt"
+    umount "$work/mnt"
+    rm -f "$work/img"
+  done
 fi

@@ -1,7 +1,14 @@
 //! Shared measurement helpers for the benchmark programs.
 #![deny(missing_docs)]
 
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use notify::{RecursiveMode, Watcher};
+use sigbox::{Durability, MailboxOptions};
+use sigbox_client::Checkpoint;
 
 /// Percentiles of a set of samples.
 #[derive(Clone, Copy, Debug)]
@@ -64,4 +71,88 @@ pub fn us(d: Duration) -> String {
 /// `a / b` as a ratio.
 pub fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(1e-12)
+}
+
+/// A canonical file for the Executor, staged in `tmp/`, ready to be renamed into `inputs/`.
+fn stage(root: &Path, k: usize) -> (PathBuf, PathBuf) {
+    let name = format!(
+        "signal.20261122T101500.{:06}Z.{:032x}.INFO.Executor.json",
+        k % 1_000_000,
+        k
+    );
+    let tmp = root.join("tmp").join(&name);
+    fs::write(
+        &tmp,
+        br#"{"type":"INFO","target":"Executor","message":"ping"}"#,
+    )
+    .unwrap();
+    (tmp, root.join("inputs").join(name))
+}
+
+/// Detection latency of a blocked wait: from the rename of a signal into `root/inputs/` to its
+/// delivery by [`Checkpoint::wait`] in another thread, beside a bare inotify watch on a
+/// directory under `tmp` seeing the same rename. `rounds` measured rounds after 20 warm-up ones.
+pub fn wait_latency(
+    tmp: &Path,
+    root: &Path,
+    durability: Durability,
+    rounds: usize,
+) -> (Stats, Stats) {
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<Instant>();
+    let root2 = root.to_path_buf();
+    let waiter = std::thread::spawn(move || {
+        let mut opts = MailboxOptions::new();
+        opts.durability(durability);
+        let mut cp = Checkpoint::with_options(&opts, &root2, "Executor").unwrap();
+        while go_rx.recv().is_ok() {
+            let got = cp.wait(Some(Duration::from_secs(10))).unwrap();
+            let t = Instant::now();
+            assert_eq!(got.len(), 1);
+            done_tx.send(t).unwrap();
+        }
+    });
+    // Baseline: a bare watch on the same directory sees the rename.
+    let bare_root = tmp.join(format!("bare-{durability:?}"));
+    fs::create_dir_all(bare_root.join("tmp")).unwrap();
+    fs::create_dir_all(bare_root.join("inputs")).unwrap();
+    let (ev_tx, ev_rx) = mpsc::channel::<Instant>();
+    let mut watcher = notify::recommended_watcher(move |r: notify::Result<notify::Event>| {
+        if let Ok(ev) = r
+            && (matches!(
+                ev.kind,
+                notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
+            ) || matches!(ev.kind, notify::EventKind::Create(_)))
+        {
+            let _ = ev_tx.send(Instant::now());
+        }
+    })
+    .unwrap();
+    watcher
+        .watch(&bare_root.join("inputs"), RecursiveMode::NonRecursive)
+        .unwrap();
+    let mut bare = Vec::new();
+    let mut sb = Vec::new();
+    for k in 0..rounds + 20 {
+        let (from, to) = stage(&bare_root, k);
+        while ev_rx.try_recv().is_ok() {}
+        let t0 = Instant::now();
+        fs::rename(&from, &to).unwrap();
+        let t1 = ev_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        fs::remove_file(&to).unwrap();
+
+        let (from, to) = stage(root, k);
+        go_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(2)); // let the waiter block
+        let s0 = Instant::now();
+        fs::rename(&from, &to).unwrap();
+        let s1 = done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        if k >= 20 {
+            bare.push(t1 - t0);
+            sb.push(s1 - s0);
+        }
+    }
+    drop(go_tx);
+    waiter.join().unwrap();
+    (Stats::of(bare), Stats::of(sb))
 }

@@ -1,19 +1,24 @@
-//! sigbox beside the floor (bare syscalls), the Rust `maildir` crate and `ls` from a shell, in
-//! one run on one filesystem: checkpoint polls as the inbox grows, polls with a large history,
-//! durable and relaxed send and claim, and the peak RSS of a poll over 100,000 pending.
+//! sigbox beside the floor (bare syscalls), the Rust `maildir` crate, python-dirq, and the
+//! upstream ways (`ls`, `mv` and shell redirection, a Python poll script, a 5 s polling loop),
+//! in one run on one filesystem: checkpoint polls as the inbox grows, polls with a large
+//! history, durable and relaxed send and claim, detection latency of a blocked wait, the same
+//! through the `sigbox` CLI, and the peak RSS of a poll over 100,000 pending.
 //!
-//! Run: `cargo run --release -p sigbox-bench --bin field [-- DIR]` (or `bench/run.sh`).
-//! Prints one markdown table; each row gives the ratio to the floor and to the best peer.
+//! Run: `cargo build --release -p sigbox-client && cargo run --release -p sigbox-bench --bin
+//! field [-- DIR]` (or `bench/run.sh`, which also installs python-dirq). Prints one markdown
+//! table; each row gives the ratio to the floor and to the best peer. Nothing is deleted until
+//! the end (on ext4 without a journal, creating files right after mass deletions is slow: see
+//! the `churn` benchmark).
 
 use std::fs::{self, File};
 use std::hint::black_box;
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigbox::{Durability, Mailbox, MailboxOptions, NewSignal, SignalType, Target};
-use sigbox_bench::{Stats, bare_read_dir};
+use sigbox_bench::{Stats, bare_read_dir, wait_latency};
 
 fn to(agent: &str) -> NewSignal {
     let mut s = NewSignal::new(SignalType::Info);
@@ -23,13 +28,19 @@ fn to(agent: &str) -> NewSignal {
 
 /// Median of `n` runs of `f` (after 3 warm-up runs).
 fn median(n: usize, mut f: impl FnMut()) -> Duration {
+    median_with(n, || (), |()| f())
+}
+
+/// Median of `n` runs of `f`, each on what an untimed `setup` returns (after 3 warm-up runs).
+fn median_with<T>(n: usize, mut setup: impl FnMut() -> T, mut f: impl FnMut(T)) -> Duration {
     for _ in 0..3 {
-        f();
+        f(setup());
     }
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
+        let x = setup();
         let t = Instant::now();
-        f();
+        f(x);
         v.push(t.elapsed());
     }
     Stats::of(v).p50
@@ -37,22 +48,51 @@ fn median(n: usize, mut f: impl FnMut()) -> Duration {
 
 fn fmt(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
-    if us >= 1000.0 {
+    if us >= 1e6 {
+        format!("{:.2} s", us / 1e6)
+    } else if us >= 1000.0 {
         format!("{:.2} ms", us / 1000.0)
     } else {
         format!("{us:.1} us")
     }
 }
 
+fn us(x: f64) -> Duration {
+    Duration::from_secs_f64(x / 1e6)
+}
+
+/// One table row; `floor` and `sigbox` may be missing (`-`).
 struct Row {
     op: String,
-    floor: Duration,
-    sigbox: Duration,
-    peers: Vec<(&'static str, Duration)>,
-    note: &'static str,
+    floor: Option<Duration>,
+    sigbox: Option<Duration>,
+    peers: Vec<(String, Duration)>,
+    note: String,
 }
 
 impl Row {
+    fn new(op: impl Into<String>, floor: Option<Duration>, sigbox: Option<Duration>) -> Row {
+        Row {
+            op: op.into(),
+            floor,
+            sigbox,
+            peers: Vec::new(),
+            note: String::new(),
+        }
+    }
+
+    fn peer(mut self, name: impl Into<String>, d: Option<Duration>) -> Row {
+        if let Some(d) = d {
+            self.peers.push((name.into(), d));
+        }
+        self
+    }
+
+    fn note(mut self, note: impl Into<String>) -> Row {
+        self.note = note.into();
+        self
+    }
+
     fn print(&self) {
         let best = self.peers.iter().map(|p| p.1).min();
         let peers: Vec<String> = self
@@ -60,24 +100,85 @@ impl Row {
             .iter()
             .map(|(n, d)| format!("{n} {}", fmt(*d)))
             .collect();
+        let ratio = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+            (Some(a), Some(b)) => {
+                let r = a.as_secs_f64() / b.as_secs_f64();
+                if r >= 0.01 {
+                    format!("{r:.2}x")
+                } else {
+                    format!("{r:.5}x")
+                }
+            }
+            _ => "-".into(),
+        };
         println!(
-            "| {} | {} | {} | {} | {:.2}x | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             self.op,
-            fmt(self.floor),
-            fmt(self.sigbox),
+            self.floor.map_or("-".into(), fmt),
+            self.sigbox.map_or("-".into(), fmt),
             if peers.is_empty() {
                 "-".into()
             } else {
                 peers.join("; ")
             },
-            self.sigbox.as_secs_f64() / self.floor.as_secs_f64(),
-            best.map_or("-".into(), |b| format!(
-                "{:.2}x",
-                self.sigbox.as_secs_f64() / b.as_secs_f64()
-            )),
+            ratio(self.sigbox, self.floor),
+            ratio(self.sigbox, best),
             self.note,
         );
     }
+}
+
+/// python-dirq's figures, from bench/dirq_bench.py run on the same filesystem; `None` when
+/// python3 or the dirq package is missing (bench/run.sh installs it).
+struct Dirq {
+    add: Duration,
+    count_empty: Duration,
+    count: Vec<(String, f64)>,
+    claim: Duration,
+}
+
+fn run_dirq(dir: &Path) -> Result<Dirq, String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/dirq_bench.py");
+    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(err.lines().last().unwrap_or("failed").to_string());
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("dirq_bench.py output: {e}"))?;
+    let f = |x: &serde_json::Value| x.as_f64().ok_or("dirq_bench.py: missing figure");
+    let counts = v["count_us"]
+        .as_object()
+        .ok_or("dirq_bench.py: no counts")?;
+    Ok(Dirq {
+        add: us(f(&v["add_us"])?),
+        count_empty: us(f(&counts["0"])?),
+        count: counts
+            .iter()
+            .map(|(k, x)| (k.clone(), x.as_f64().unwrap_or(f64::NAN)))
+            .collect(),
+        claim: us(f(&v["claim_us"])?),
+    })
+}
+
+fn sigbox_bin() -> PathBuf {
+    let bin = std::env::current_exe().unwrap().with_file_name("sigbox");
+    assert!(
+        bin.exists(),
+        "{} not found: run `cargo build --release -p sigbox-client` first",
+        bin.display()
+    );
+    bin
+}
+
+fn run_quiet(cmd: &mut Command) {
+    let st = cmd.stdout(Stdio::null()).status().unwrap();
+    assert!(st.success(), "{cmd:?} failed");
 }
 
 fn fill(relaxed: &Mailbox, maildir: &maildir::Maildir, n: usize) {
@@ -90,14 +191,21 @@ fn fill(relaxed: &Mailbox, maildir: &maildir::Maildir, n: usize) {
 }
 
 fn main() {
-    let parent = std::env::args().nth(1).unwrap_or_else(|| ".".into());
     if std::env::args().nth(1).as_deref() == Some("--rss-probe") {
         return rss_probe(&std::env::args().nth(2).unwrap());
     }
+    let parent = std::env::args().nth(1).unwrap_or_else(|| ".".into());
     let tmp = tempfile::Builder::new()
         .prefix("sigbox-field-")
         .tempdir_in(&parent)
         .unwrap();
+    let bin = sigbox_bin();
+    let mut rows = Vec::new();
+
+    // python-dirq first: its files stay until the end, like everyone's.
+    let dirq = run_dirq(&tmp.path().join("dirq"));
+    let dq = dirq.as_ref().ok();
+
     let root = tmp.path().join("signals");
     let fresh = MailboxOptions::new()
         .reuse_listings(false)
@@ -112,8 +220,6 @@ fn main() {
     md.create_dirs().unwrap();
     let inputs = root.join("inputs");
 
-    println!("| operation | floor | sigbox | peers | sigbox / floor | sigbox / best peer | note |");
-    println!("|---|---|---|---|---|---|---|");
     let mut have = 0;
     for n in [0usize, 100, 1_000, 10_000, 100_000] {
         fill(&relaxed, &md, n - have);
@@ -127,56 +233,70 @@ fn main() {
             black_box(md.list_new().count());
         });
         let ls = median(if n >= 10_000 { 10 } else { 50 }, || {
-            let st = Command::new("ls")
-                .arg(&inputs)
-                .stdout(std::process::Stdio::null())
-                .status()
-                .unwrap();
-            assert!(st.success());
+            run_quiet(Command::new("ls").arg(&inputs));
         });
-        Row {
-            op: format!("checkpoint poll, {n} pending for other agents"),
-            floor,
-            sigbox: sb,
-            peers: vec![
-                ("maildir list_new", mdt),
-                ("`ls` process (upstream Ralph)", ls),
-            ],
-            note: "floor: read_dir",
-        }
-        .print();
+        rows.push(
+            Row::new(
+                format!("checkpoint poll, {n} pending for other agents"),
+                Some(floor),
+                Some(sb),
+            )
+            .peer("maildir list_new", Some(mdt))
+            .peer("dirq count, own queue", dq.map(|d| d.count_empty))
+            .peer("`ls` process (upstream Ralph)", Some(ls))
+            .note("floor: read_dir; with dirq (no routing) each agent has its own queue, so others' signals are never listed"),
+        );
         std::thread::sleep(Duration::from_millis(100));
         keeping.pass("Executor", None).unwrap();
         let kept = median(runs, || {
             black_box(keeping.pass("Executor", None).unwrap());
         });
-        Row {
-            op: format!("repeated poll, {n} pending, inbox unchanged"),
-            floor,
-            sigbox: kept,
-            peers: vec![("maildir list_new", mdt)],
-            note: "one lstat proves the kept listing current",
+        rows.push(
+            Row::new(
+                format!("repeated poll, {n} pending, inbox unchanged"),
+                Some(floor),
+                Some(kept),
+            )
+            .peer("maildir list_new", Some(mdt))
+            .peer("dirq count, own queue", dq.map(|d| d.count_empty))
+            .note("one lstat proves the kept listing current"),
+        );
+        if n == 1_000 {
+            // The same poll through the CLI, a whole process, beside `ls`.
+            let cli = median(50, || {
+                run_quiet(
+                    Command::new(&bin)
+                        .arg("--root")
+                        .arg(&root)
+                        .args(["poll", "--as", "Executor"]),
+                );
+            });
+            rows.push(
+                Row::new(
+                    "`sigbox poll`, whole process, 1000 pending for other agents",
+                    None,
+                    Some(cli),
+                )
+                .peer("`ls` process", Some(ls))
+                .note("the CLI pays process start-up and the presence lock"),
+            );
         }
-        .print();
     }
 
     // History must not slow a poll: 100,000 files in processed/ (written directly: this
     // measures the poll, not the claims).
-    let processed = root.join("processed");
-    let empty_root = tmp.path().join("history");
+    let hist_root = tmp.path().join("history");
     let hist = MailboxOptions::new()
         .reuse_listings(false)
-        .init(&empty_root)
+        .init(&hist_root)
         .unwrap();
-    let hist_inputs = empty_root.join("inputs");
+    let hist_inputs = hist_root.join("inputs");
     let before = median(300, || {
         black_box(hist.pass("Executor", None).unwrap());
     });
     for i in 0..100_000 {
         fs::write(
-            empty_root
-                .join("processed")
-                .join(format!("signal.{i}.json")),
+            hist_root.join("processed").join(format!("signal.{i}.json")),
             b"{}",
         )
         .unwrap();
@@ -185,116 +305,115 @@ fn main() {
         black_box(hist.pass("Executor", None).unwrap());
     });
     let floor = median(300, || bare_read_dir(&hist_inputs));
-    Row {
-        op: "checkpoint poll, empty inbox, 100,000 files in processed/".into(),
-        floor,
-        sigbox: after,
-        peers: vec![],
-        note: if after.as_secs_f64() < before.as_secs_f64() * 1.5 {
-            "history does not slow a poll"
-        } else {
-            "history slows the poll"
-        },
-    }
-    .print();
-    let _ = processed;
+    rows.push(
+        Row::new(
+            "checkpoint poll, empty inbox, 100,000 files in processed/",
+            Some(floor),
+            Some(after),
+        )
+        .note(format!(
+            "{} (before: {})",
+            if after.as_secs_f64() < before.as_secs_f64() * 1.5 {
+                "history does not slow a poll"
+            } else {
+                "history slows the poll"
+            },
+            fmt(before)
+        )),
+    );
 
     // Send and claim, durable and relaxed.
     for durable in [true, false] {
-        let dir = tmp.path().join(if durable { "d" } else { "r" });
-        let mut o = MailboxOptions::new();
-        if !durable {
-            o.durability(Durability::RelaxedNoFsync);
-        }
-        let mb = o.init(dir.join("signals")).unwrap();
-        let fl = dir.join("floor");
-        fs::create_dir_all(fl.join("tmp")).unwrap();
-        fs::create_dir_all(fl.join("inputs")).unwrap();
-        fs::create_dir_all(fl.join("processed")).unwrap();
-        let md = maildir::Maildir::from(dir.join("maildir"));
-        md.create_dirs().unwrap();
-        let body = br#"{"type":"INFO","target":"Executor","message":"m"}"#;
-        let n = if durable { 300 } else { 3000 };
-        let mut k = 0u64;
-        let floor_send = median(n, || {
-            k += 1;
-            let t = fl.join(format!("tmp/{k}"));
-            let d = fl.join(format!("inputs/{k}.json"));
-            let mut f = File::create_new(&t).unwrap();
-            f.write_all(body).unwrap();
-            if durable {
-                f.sync_all().unwrap();
-            }
-            fs::rename(&t, &d).unwrap();
-            if durable {
-                File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
-            }
-        });
-        let sb_send = median(n, || {
-            mb.send(&to("Executor")).unwrap();
-        });
-        let md_send = median(n, || {
-            md.store_new(body).unwrap();
-        });
-        let kind = if durable { "durable" } else { "relaxed" };
-        Row {
-            op: format!("send ({kind})"),
-            floor: floor_send,
-            sigbox: sb_send,
-            peers: vec![("maildir store_new", md_send)],
-            note: if durable {
-                "floor: write+fsync+rename+fsync(dir); maildir fsyncs the file but not the directory (a crash can lose the name)"
-            } else {
-                "floor: write+rename"
-            },
-        }
-        .print();
-        // Claims: drain what the sends above left (the same count in each), per claim.
-        let names: Vec<PathBuf> = fs::read_dir(fl.join("inputs"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        let per = |total: Duration, n: usize| total / n.max(1) as u32;
-        let t = Instant::now();
-        for src in &names {
-            let dst = fl.join("processed").join(src.file_name().unwrap());
-            fs::rename(src, &dst).unwrap();
-            if durable {
-                File::open(fl.join("processed"))
-                    .unwrap()
-                    .sync_all()
-                    .unwrap();
-                File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
-            }
-        }
-        let floor_claim = per(t.elapsed(), names.len());
-        let t = Instant::now();
-        let got = mb.pass("Executor", None).unwrap().delivered.len();
-        let sb_claim = per(t.elapsed(), got);
-        let ids: Vec<String> = md.list_new().map(|e| e.unwrap().id().to_string()).collect();
-        let t = Instant::now();
-        for id in &ids {
-            md.move_new_to_cur(id).unwrap();
-        }
-        let md_claim = per(t.elapsed(), ids.len());
-        assert_eq!(
-            (names.len(), got),
-            (ids.len(), ids.len()),
-            "the same work for each"
-        );
-        Row {
-            op: format!("claim ({kind})"),
-            floor: floor_claim,
-            sigbox: sb_claim,
-            peers: vec![("maildir move_new_to_cur", md_claim)],
-            note: if durable {
-                "floor: rename+fsync both dirs; sigbox also appends its handling record (+1 fdatasync); maildir does not fsync"
-            } else {
-                "floor: rename"
-            },
-        }
-        .print();
+        send_and_claim(tmp.path(), durable, dq, &mut rows);
     }
+
+    // Detection latency of a blocked wait, beside a bare inotify watch and the upstream 5 s
+    // polling loop (a signal arrives at a uniformly random moment of the 5 s period: the delay
+    // is uniform on [0, 5 s], median 2.5 s, p99 4.95 s).
+    let wait_root = tmp.path().join("wait");
+    Mailbox::init(&wait_root).unwrap();
+    for (durability, kind) in [
+        (Durability::Durable, "durable"),
+        (Durability::RelaxedNoFsync, "relaxed"),
+    ] {
+        let (bare, sb) = wait_latency(tmp.path(), &wait_root, durability, 200);
+        rows.push(
+            Row::new(
+                format!("blocked `wait`: rename into inputs/ -> delivered ({kind})"),
+                Some(bare.p50),
+                Some(sb.p50),
+            )
+            .peer("5 s polling loop (upstream Goblin, computed)", Some(Duration::from_millis(2500)))
+            .note(format!(
+                "floor: a bare inotify watch seeing the rename; p99: floor {}, sigbox {}, polling loop 4.95 s; maildir and dirq have no blocking wait",
+                fmt(bare.p99),
+                fmt(sb.p99)
+            )),
+        );
+    }
+
+    // The CLI: a durable send, a whole process, beside upstream Ralph's shell redirection; a
+    // claim of one signal by `sigbox poll`, beside `mv`.
+    let cli_root = tmp.path().join("cli");
+    let cli_relaxed = MailboxOptions::new()
+        .durability(Durability::RelaxedNoFsync)
+        .init(&cli_root)
+        .unwrap();
+    let upstream = tmp.path().join("upstream");
+    fs::create_dir_all(upstream.join("inputs")).unwrap();
+    fs::create_dir_all(upstream.join("processed")).unwrap();
+    let mut k = 0;
+    let redirect = median(50, || {
+        k += 1;
+        let f = upstream.join(format!("inputs/signal-{k}.yaml"));
+        run_quiet(Command::new("sh").arg("-c").arg(format!(
+            "printf 'type: INFO\\ntarget: Executor\\nmessage: m\\n' > '{}'",
+            f.display()
+        )));
+    });
+    let cli_send = median(50, || {
+        run_quiet(
+            Command::new(&bin)
+                .arg("--root")
+                .arg(&cli_root)
+                .args(["send", "INFO", "m", "--target", "Planner"]),
+        );
+    });
+    rows.push(
+        Row::new("send, whole process (durable)", None, Some(cli_send))
+            .peer("shell `printf > inputs/F` (upstream Ralph)", Some(redirect))
+            .note("the shell writes in place, with no fsync: a reader can see a partial file"),
+    );
+    let mut i = 0;
+    let mv = median(50, || {
+        i += 1;
+        run_quiet(
+            Command::new("mv")
+                .arg(upstream.join(format!("inputs/signal-{i}.yaml")))
+                .arg(upstream.join("processed")),
+        );
+    });
+    let cli_claim = median_with(
+        50,
+        || cli_relaxed.send(&to("Executor")).unwrap(),
+        |_| {
+            run_quiet(
+                Command::new(&bin)
+                    .arg("--root")
+                    .arg(&cli_root)
+                    .args(["poll", "--as", "Executor"]),
+            );
+        },
+    );
+    rows.push(
+        Row::new(
+            "claim one signal, whole process (durable)",
+            None,
+            Some(cli_claim),
+        )
+        .peer("`mv` (upstream Ralph, no fsync)", Some(mv))
+        .note("`sigbox poll` reads, records and fsyncs the claim"),
+    );
 
     // Upstream mux's poll: a Python script counting .done/.fail files (as check-signals.py
     // does), a whole process each time, beside `sigbox mux check` on the same session.
@@ -309,81 +428,23 @@ fn main() {
     }
     let script = "import json,os,sys\nd=sys.argv[1]\nn=os.listdir(d)\nc=sum(f.endswith('.done') for f in n)\nf=sum(f.endswith('.fail') for f in n)\nprint(json.dumps({'complete':c,'failed':f,'expected':50,'status':'complete' if c+f>=50 and not f else 'incomplete'}))";
     let py = median(20, || {
-        let st = Command::new("python3")
-            .args(["-c", script])
-            .arg(session.join(".signals"))
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success());
+        run_quiet(
+            Command::new("python3")
+                .args(["-c", script])
+                .arg(session.join(".signals")),
+        );
     });
-    let sigbox_bin = std::env::current_exe().unwrap().with_file_name("sigbox");
     let sb = median(20, || {
-        let st = Command::new(&sigbox_bin)
-            .args(["mux", "check", "s1", "--expected", "50", "--project-root"])
-            .arg(tmp.path().join("mux"))
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success());
+        run_quiet(
+            Command::new(&bin)
+                .args(["mux", "check", "s1", "--expected", "50", "--project-root"])
+                .arg(tmp.path().join("mux")),
+        );
     });
-    println!(
-        "| mux check of 50 signals, whole process | - | {} | python3 poll script (upstream) {} | - | {:.2}x | upstream runs check-signals.py under `uv run` (slower still) |",
-        fmt(sb),
-        fmt(py),
-        sb.as_secs_f64() / py.as_secs_f64()
-    );
-
-    // Upstream Ralph's claim: `mv` from a shell, one process per signal.
-    let mvdir = tmp.path().join("mv");
-    fs::create_dir_all(mvdir.join("inputs")).unwrap();
-    fs::create_dir_all(mvdir.join("processed")).unwrap();
-    for i in 0..60 {
-        fs::write(mvdir.join(format!("inputs/{i}.yaml")), b"type: INFO\n").unwrap();
-    }
-    let mut i = 0;
-    let mv = median(50, || {
-        let st = Command::new("mv")
-            .arg(mvdir.join(format!("inputs/{i}.yaml")))
-            .arg(mvdir.join("processed"))
-            .status()
-            .unwrap();
-        assert!(st.success());
-        i += 1;
-    });
-    println!(
-        "| claim by `mv` from a shell (upstream Ralph), no fsync | - | - | mv {} | - | - | one process per signal |",
-        fmt(mv)
-    );
-
-    // ext4 with `discard`: creating files right after many deletions is slow for a while.
-    // Measure it, beside the same creation before the deletions; sigbox's claims delete
-    // nothing and gc deletes at most 1,000 files per call, so producers are kept out of it.
-    // One directory throughout (new directories may land in other block groups, where nothing
-    // was freed): creation rate, then 20,000 files created and unlinked one by one, then the
-    // creation rate again at once.
-    let churn = tmp.path().join("churn");
-    fs::create_dir_all(&churn).unwrap();
-    let mut k = 0u64;
-    let mut create = |n: usize| -> Duration {
-        median(n, || {
-            k += 1;
-            File::create_new(churn.join(format!("keep{k}"))).unwrap();
-        })
-    };
-    let before = create(500);
-    for i in 0..20_000 {
-        File::create_new(churn.join(format!("doomed{i}"))).unwrap();
-    }
-    for i in 0..20_000 {
-        fs::remove_file(churn.join(format!("doomed{i}"))).unwrap();
-    }
-    let right_after = create(500);
-    println!(
-        "| create a file, right after 20,000 unlinks in the same directory, vs before | {} | {} | - | {:.2}x | - | uncontrolled: deletions by earlier runs on this filesystem weigh on both sides; sigbox claims unlink nothing, gc unlinks at most 1,000 per call |",
-        fmt(before),
-        fmt(right_after),
-        right_after.as_secs_f64() / before.as_secs_f64()
+    rows.push(
+        Row::new("mux check of 50 signals, whole process", None, Some(sb))
+            .peer("python3 poll script (upstream)", Some(py))
+            .note("upstream runs check-signals.py under `uv run` (slower still)"),
     );
 
     // Peak RSS of a poll over 100,000 pending (a fresh process, so the peak is the poll's).
@@ -392,12 +453,152 @@ fn main() {
         .output()
         .unwrap();
     let rss = String::from_utf8_lossy(&out.stdout).trim().to_string();
+
+    println!("| operation | floor | sigbox | peers | sigbox / floor | sigbox / best peer | note |");
+    println!("|---|---|---|---|---|---|---|");
+    for r in &rows {
+        r.print();
+    }
     println!(
         "| peak RSS of a poll over 100,000 pending (whole process) | - | {rss} | - | - | - | VmHWM of a fresh process |"
     );
     println!();
-    println!(
-        "filesystem: {parent}; the Goblin upstream polls every 5 s: 2.5 s mean detection latency (see `wait` for sigbox's)"
+    println!("filesystem: {parent}");
+    match &dirq {
+        Ok(d) => {
+            let c: Vec<String> = d
+                .count
+                .iter()
+                .map(|(n, x)| format!("{n} queued {x:.1} us"))
+                .collect();
+            println!(
+                "python-dirq (never fsyncs): add {}, lock+get+remove {}, count with {}",
+                fmt(d.add),
+                fmt(d.claim),
+                c.join(", ")
+            );
+        }
+        Err(e) => println!("python-dirq not measured: {e} (bench/run.sh installs it)"),
+    }
+    if std::env::var_os("SIGBOX_BENCH_KEEP").is_some() {
+        let kept = tmp.keep();
+        println!("kept {}", kept.display());
+    }
+}
+
+/// Send and claim through sigbox, the floor and maildir (and dirq, relaxed only: it never
+/// fsyncs), the same number of each.
+fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<Row>) {
+    let dir = tmp.join(if durable { "d" } else { "r" });
+    let mut o = MailboxOptions::new();
+    if !durable {
+        o.durability(Durability::RelaxedNoFsync);
+    }
+    let mb = o.init(dir.join("signals")).unwrap();
+    let fl = dir.join("floor");
+    fs::create_dir_all(fl.join("tmp")).unwrap();
+    fs::create_dir_all(fl.join("inputs")).unwrap();
+    fs::create_dir_all(fl.join("processed")).unwrap();
+    let md = maildir::Maildir::from(dir.join("maildir"));
+    md.create_dirs().unwrap();
+    let body = br#"{"type":"INFO","target":"Executor","message":"m"}"#;
+    let n = if durable { 300 } else { 3000 };
+    let mut k = 0u64;
+    let floor_send = median(n, || {
+        k += 1;
+        let t = fl.join(format!("tmp/{k}"));
+        let d = fl.join(format!("inputs/{k}.json"));
+        let mut f = File::create_new(&t).unwrap();
+        f.write_all(body).unwrap();
+        if durable {
+            f.sync_all().unwrap();
+        }
+        fs::rename(&t, &d).unwrap();
+        if durable {
+            File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
+        }
+    });
+    let sb_send = median(n, || {
+        mb.send(&to("Executor")).unwrap();
+    });
+    let md_send = median(n, || {
+        md.store_new(body).unwrap();
+    });
+    let kind = if durable { "durable" } else { "relaxed" };
+    rows.push(
+        Row::new(format!("send ({kind})"), Some(floor_send), Some(sb_send))
+            .peer("maildir store_new", Some(md_send))
+            .peer(
+                "dirq add (no fsync)",
+                if durable { None } else { dq.map(|d| d.add) },
+            )
+            .note(if durable {
+                "floor: write+fsync+rename+fsync(dir); maildir fsyncs the file but not the directory (a crash can lose the name)"
+            } else {
+                "floor: write+rename; maildir fsyncs the file even here"
+            }),
+    );
+    // Claims: drain what the sends above left (the same count in each). Each side lists,
+    // moves and reads what it takes; per claim.
+    let per = |total: Duration, n: usize| total / n.max(1) as u32;
+    let t = Instant::now();
+    let names: Vec<PathBuf> = fs::read_dir(fl.join("inputs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    for src in &names {
+        let dst = fl.join("processed").join(src.file_name().unwrap());
+        fs::rename(src, &dst).unwrap();
+        if durable {
+            File::open(fl.join("processed"))
+                .unwrap()
+                .sync_all()
+                .unwrap();
+            File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
+        }
+        black_box(fs::read(&dst).unwrap());
+    }
+    let floor_claim = per(t.elapsed(), names.len());
+    let t = Instant::now();
+    let got = mb.pass("Executor", None).unwrap().delivered.len();
+    let sb_claim = per(t.elapsed(), got);
+    // maildir: half the messages by list + move + read, half by the bare move alone.
+    let t = Instant::now();
+    let ids: Vec<String> = md.list_new().map(|e| e.unwrap().id().to_string()).collect();
+    let listing = per(t.elapsed(), ids.len());
+    let half = ids.len() / 2;
+    let t = Instant::now();
+    for id in &ids[..half] {
+        md.move_new_to_cur(id).unwrap();
+        black_box(fs::read(md.path().join("cur").join(format!("{id}:2,"))).unwrap());
+    }
+    let md_claim_read = listing + per(t.elapsed(), half);
+    let t = Instant::now();
+    for id in &ids[half..] {
+        md.move_new_to_cur(id).unwrap();
+    }
+    let md_move = per(t.elapsed(), ids.len() - half);
+    assert_eq!(
+        (names.len(), got),
+        (ids.len(), ids.len()),
+        "the same work for each"
+    );
+    rows.push(
+        Row::new(format!("claim ({kind})"), Some(floor_claim), Some(sb_claim))
+            .peer("maildir list+move+read", Some(md_claim_read))
+            .peer(
+                "dirq lock+get+remove (no fsync)",
+                if durable { None } else { dq.map(|d| d.claim) },
+            )
+            .note(format!(
+                "{}; maildir's bare move_new_to_cur (no read): {}",
+                if durable {
+                    "floor: list, rename+fsync both dirs, read; sigbox also appends its handling record (+1 fdatasync); maildir does not fsync"
+                } else {
+                    "floor: list, rename, read; sigbox also appends its handling record"
+                },
+                fmt(md_move)
+            )),
     );
 }
 

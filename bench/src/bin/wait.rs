@@ -5,33 +5,14 @@
 //! wait [-- DIR]` (it runs the `sigbox` binary next to its own executable).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use notify::{RecursiveMode, Watcher};
-use sigbox::{Durability, Mailbox, MailboxOptions};
-use sigbox_bench::{Stats, ratio, us};
-use sigbox_client::Checkpoint;
+use sigbox::{Durability, Mailbox};
+use sigbox_bench::{Stats, ratio, us, wait_latency};
 
 const ROUNDS: usize = 300;
-
-/// A canonical file for the Executor, staged in `tmp/`, ready to be renamed into `inputs/`.
-fn stage(root: &Path, k: usize) -> (PathBuf, PathBuf) {
-    let name = format!(
-        "signal.20261122T101500.{:06}Z.{:032x}.INFO.Executor.json",
-        k % 1_000_000,
-        k
-    );
-    let tmp = root.join("tmp").join(&name);
-    fs::write(
-        &tmp,
-        br#"{"type":"INFO","target":"Executor","message":"ping"}"#,
-    )
-    .unwrap();
-    (tmp, root.join("inputs").join(name))
-}
 
 fn sigbox_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -42,67 +23,6 @@ fn sigbox_bin() -> PathBuf {
         bin.display()
     );
     bin
-}
-
-/// Rename into inputs/ -> delivered by a blocked wait, beside a bare watch seeing the rename.
-fn latency(tmp: &Path, root: &Path, durability: Durability) -> (Stats, Stats) {
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let (done_tx, done_rx) = mpsc::channel::<Instant>();
-    let root2 = root.to_path_buf();
-    let waiter = std::thread::spawn(move || {
-        let mut opts = MailboxOptions::new();
-        opts.durability(durability);
-        let mut cp = Checkpoint::with_options(&opts, &root2, "Executor").unwrap();
-        while go_rx.recv().is_ok() {
-            let got = cp.wait(Some(Duration::from_secs(10))).unwrap();
-            let t = Instant::now();
-            assert_eq!(got.len(), 1);
-            done_tx.send(t).unwrap();
-        }
-    });
-    // Baseline: a bare watch on the same directory sees the rename.
-    let bare_root = tmp.join(format!("bare-{durability:?}"));
-    fs::create_dir_all(bare_root.join("tmp")).unwrap();
-    fs::create_dir_all(bare_root.join("inputs")).unwrap();
-    let (ev_tx, ev_rx) = mpsc::channel::<Instant>();
-    let mut watcher = notify::recommended_watcher(move |r: notify::Result<notify::Event>| {
-        if let Ok(ev) = r
-            && (matches!(
-                ev.kind,
-                notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
-            ) || matches!(ev.kind, notify::EventKind::Create(_)))
-        {
-            let _ = ev_tx.send(Instant::now());
-        }
-    })
-    .unwrap();
-    watcher
-        .watch(&bare_root.join("inputs"), RecursiveMode::NonRecursive)
-        .unwrap();
-    let mut bare = Vec::new();
-    let mut sb = Vec::new();
-    for k in 0..ROUNDS + 20 {
-        let (from, to) = stage(&bare_root, k);
-        while ev_rx.try_recv().is_ok() {}
-        let t0 = Instant::now();
-        fs::rename(&from, &to).unwrap();
-        let t1 = ev_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        fs::remove_file(&to).unwrap();
-
-        let (from, to) = stage(root, k);
-        go_tx.send(()).unwrap();
-        std::thread::sleep(Duration::from_millis(2)); // let the waiter block
-        let s0 = Instant::now();
-        fs::rename(&from, &to).unwrap();
-        let s1 = done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        if k >= 20 {
-            bare.push(t1 - t0);
-            sb.push(s1 - s0);
-        }
-    }
-    drop(go_tx);
-    waiter.join().unwrap();
-    (Stats::of(bare), Stats::of(sb))
 }
 
 fn main() {
@@ -126,7 +46,7 @@ fn main() {
             "wait: rename into inputs/ -> delivered, relaxed (detection alone)",
         ),
     ] {
-        let (b, s) = latency(tmp.path(), &root, durability);
+        let (b, s) = wait_latency(tmp.path(), &root, durability, ROUNDS);
         println!(
             "| {what} vs a bare inotify watch seeing the rename | {} / {} | {} / {} | {:.1}x / {:.1}x | p99 < 1 ms (Goblin polls every 5 s: 2.5 s mean) |",
             us(b.p50),
