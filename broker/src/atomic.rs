@@ -99,14 +99,29 @@ pub(crate) fn claim<T>(
     dest: &Path,
     between: impl FnOnce() -> Result<T>,
 ) -> Result<(Claimed, Option<T>)> {
+    let r = claim_unsynced(io, src, dest, between)?;
+    if r.0 == Claimed::Won {
+        io.sync_dir(parent(dest)?)?;
+        io.sync_dir(parent(src)?)?;
+    }
+    Ok(r)
+}
+
+/// [`claim`] without the fsyncs: the caller makes the move durable later, destination
+/// directory first, then the source directory, before it hands anything over (a group commit
+/// of several claims).
+pub(crate) fn claim_unsynced<T>(
+    io: &Io,
+    src: &Path,
+    dest: &Path,
+    between: impl FnOnce() -> Result<T>,
+) -> Result<(Claimed, Option<T>)> {
     match io.rename_noreplace(src, dest)? {
         Renamed::SourceGone => return Ok((Claimed::Lost, None)),
         Renamed::DestExists => return Ok((Claimed::DestExists, None)),
         Renamed::Done => {}
     }
     let t = between()?;
-    io.sync_dir(parent(dest)?)?;
-    io.sync_dir(parent(src)?)?;
     Ok((Claimed::Won, Some(t)))
 }
 

@@ -212,11 +212,24 @@ impl Io {
     /// Appends `data` to an existing regular file (never through a symlink) and (when durable)
     /// fsyncs it. A failed fsync poisons the handle.
     pub(crate) fn append(&self, path: &Path, data: &[u8]) -> Result<()> {
+        let file = self.append_unsynced(path, data)?;
+        self.sync_data(&file, path)
+    }
+
+    /// Appends `data` like [`Io::append`] but leaves the fsync to the caller
+    /// ([`Io::sync_data`] on the returned file).
+    pub(crate) fn append_unsynced(&self, path: &Path, data: &[u8]) -> Result<File> {
         self.check_poison(path)?;
         let mut file =
             sys::open_append(path).map_err(|e| Error::io(path, "cannot open for append", e))?;
         self.effect(FsOp::Write(path, data), || file.write_all(data))
             .map_err(|e| Error::io(path, "cannot append", e))?;
+        Ok(file)
+    }
+
+    /// `fdatasync` (when durable). A failed fsync poisons the handle.
+    pub(crate) fn sync_data(&self, file: &File, path: &Path) -> Result<()> {
+        self.check_poison(path)?;
         if self.durability == Durability::RelaxedNoFsync {
             return Ok(());
         }

@@ -257,6 +257,23 @@ struct Scan {
     foreign: bool,
 }
 
+/// Claims per group commit: a pass makes its claims durable together, at most this many at a
+/// time (each keeps its file open until the commit).
+const GROUP_COMMIT: usize = 64;
+
+/// The claims of a pass not yet durable, and the pass's deliveries in order.
+#[derive(Default)]
+struct Batch {
+    /// Appended handling blocks, to fdatasync.
+    files: Vec<(PathBuf, File)>,
+    /// Source directories of the claims, to fsync after `processed/`.
+    dirs: Vec<PathBuf>,
+    /// Claims since the last commit.
+    claims: usize,
+    /// Deliveries in FIFO order, each with whether it is durable yet.
+    signals: Vec<(Signal, bool)>,
+}
+
 /// A listing kept because the directory's stamp proves it current.
 #[derive(Clone, Debug)]
 struct Listing {
@@ -747,6 +764,9 @@ impl Mailbox {
             return self.scan(dir, source, relevant, now);
         }
         let before = self.io.stamp(dir)?;
+        if before.is_none() && source == Source::Buffer {
+            return Ok(Scan::default()); // no buffer for this agent: nothing to list
+        }
         let key = (dir.to_path_buf(), agent.to_string());
         if let Some(st) = before {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -1011,8 +1031,51 @@ impl Mailbox {
         Ok(pass)
     }
 
-    /// Routes every item in FIFO order (the routing table of `spec/mailbox.md`).
+    /// Routes every item in FIFO order (the routing table of `spec/mailbox.md`), then hands
+    /// over what is durable: every delivery when all went well; after an error, the deliveries
+    /// that were made durable (the claims still pending are committed first, when possible).
     fn route_all(&self, items: &[Item], ctx: &Route<'_>, pass: &mut Pass) -> Result<()> {
+        let mut batch = Batch::default();
+        let routed = self.route_items(items, ctx, pass, &mut batch);
+        let committed = self.commit(&mut batch);
+        pass.delivered.extend(
+            batch
+                .signals
+                .into_iter()
+                .filter(|(_, durable)| *durable)
+                .map(|(sig, _)| sig),
+        );
+        routed.and(committed)
+    }
+
+    /// Makes the batch's claims durable (group commit): fdatasync each appended handling
+    /// block, then `processed/`, then each source directory.
+    fn commit(&self, batch: &mut Batch) -> Result<()> {
+        if batch.claims > 0 {
+            for (path, file) in std::mem::take(&mut batch.files) {
+                self.io.sync_data(&file, &path)?;
+            }
+            self.io.sync_dir(&self.processed)?;
+            for dir in std::mem::take(&mut batch.dirs) {
+                self.io.sync_dir(&dir)?;
+            }
+            batch.claims = 0;
+        }
+        // Every delivery is durable now: the batch's claims just committed; the rest (acks,
+        // claims that finished an interrupted one) were synced when made.
+        for (_, durable) in &mut batch.signals {
+            *durable = true;
+        }
+        Ok(())
+    }
+
+    fn route_items(
+        &self,
+        items: &[Item],
+        ctx: &Route<'_>,
+        pass: &mut Pass,
+        batch: &mut Batch,
+    ) -> Result<()> {
         let agent = ctx.agent;
         let mut presence: HashMap<String, bool> = HashMap::new();
         let mut broadcasts: Vec<&Item> = Vec::new();
@@ -1025,11 +1088,14 @@ impl Mailbox {
             } else {
                 &self.inputs
             };
+            // Claims join the batch (not durable until it commits); a broadcast's ack is
+            // durable as soon as it is written.
+            let mut claimed = true;
             let delivered = if item.source == Source::Buffer {
-                self.take(dir, &item.name, agent, pass)?
+                self.take(dir, &item.name, agent, pass, batch)?
             } else if ty.is_approval() {
                 if ctx.approval {
-                    self.take(dir, &item.name, agent, pass)?
+                    self.take(dir, &item.name, agent, pass, batch)?
                 } else {
                     None
                 }
@@ -1039,17 +1105,28 @@ impl Mailbox {
                         if ctx.is_orch {
                             broadcasts.push(item);
                         }
+                        claimed = false;
+                        // It may quarantine from inputs/ (an fsync of inputs/): commit first.
+                        self.commit(batch)?;
                         self.deliver_broadcast(&item.name, agent, pass)?
                     }
-                    Target::None if ctx.is_orch => self.take(dir, &item.name, agent, pass)?,
+                    Target::None if ctx.is_orch => {
+                        self.take(dir, &item.name, agent, pass, batch)?
+                    }
                     Target::None => None,
-                    Target::Agent(a) if a == agent => self.take(dir, &item.name, agent, pass)?,
+                    Target::Agent(a) if a == agent => {
+                        self.take(dir, &item.name, agent, pass, batch)?
+                    }
                     Target::Agent(x) => {
                         if ctx.is_orch
                             && !*presence
                                 .entry(x.clone())
                                 .or_insert_with(|| self.is_present(x))
                         {
+                            // The move into a buffer fsyncs inputs/: commit first, or the
+                            // pending claims' removal from inputs/ could become durable
+                            // before their arrival in processed/ (lost in a crash).
+                            self.commit(batch)?;
                             self.buffer(&item.name, x, pass)?;
                         }
                         None
@@ -1058,13 +1135,19 @@ impl Mailbox {
             };
             if let Some(sig) = delivered {
                 let stop = sig.signal_type.stops_pass();
-                pass.delivered.push(sig);
+                batch.signals.push((sig, !claimed));
                 if stop {
                     pass.stopped = true;
                     break;
                 }
             }
+            if batch.claims >= GROUP_COMMIT {
+                self.commit(batch)?;
+            }
         }
+        // Archiving fsyncs processed/ and inputs/: commit first, so that a claim is never made
+        // durable by another operation's fsyncs and then dropped when the commit fails.
+        self.commit(batch)?;
         for item in broadcasts {
             let acked = self.acked_by(&item.name)?;
             if self.opts.quorum.iter().all(|q| acked.contains(q)) {
@@ -1085,6 +1168,7 @@ impl Mailbox {
         name: &OsStr,
         agent: &str,
         pass: &mut Pass,
+        batch: &mut Batch,
     ) -> Result<Option<Signal>> {
         let meta = json!({
             "handled_by": agent,
@@ -1093,11 +1177,12 @@ impl Mailbox {
         });
         let mut extra = Map::new();
         extra.insert("handling_metadata".into(), meta);
-        self.move_to_processed(dir, name, agent, extra, pass)
+        self.move_to_processed(dir, name, agent, extra, pass, Some(batch))
     }
 
     /// The claim: rename into `processed/` without replacing, record the handling metadata,
-    /// fsync `processed/`, then the source directory.
+    /// fsync `processed/`, then the source directory; with a `batch`, the fsyncs are left to
+    /// its commit.
     fn move_to_processed(
         &self,
         dir: &Path,
@@ -1105,12 +1190,28 @@ impl Mailbox {
         agent: &str,
         extra: Map<String, Value>,
         pass: &mut Pass,
+        mut batch: Option<&mut Batch>,
     ) -> Result<Option<Signal>> {
         let src = dir.join(name);
         let mut dest = self.processed.join(name);
         for attempt in 0..4 {
-            let between = || self.record(&dest, name, &extra, agent);
-            let (claimed, result) = atomic::claim(&self.io, &src, &dest, between)?;
+            let (claimed, result) = match batch.as_deref_mut() {
+                Some(b) => {
+                    let between = || self.record(&dest, name, &extra, agent, Some(&mut b.files));
+                    let r = atomic::claim_unsynced(&self.io, &src, &dest, between)?;
+                    if r.0 == Claimed::Won {
+                        b.claims += 1;
+                        if !b.dirs.iter().any(|d| d == dir) {
+                            b.dirs.push(dir.to_path_buf());
+                        }
+                    }
+                    r
+                }
+                None => {
+                    let between = || self.record(&dest, name, &extra, agent, None);
+                    atomic::claim(&self.io, &src, &dest, between)?
+                }
+            };
             match claimed {
                 Claimed::Lost => return Ok(None),
                 Claimed::Won => {
@@ -1124,6 +1225,10 @@ impl Mailbox {
                     });
                 }
                 Claimed::DestExists => {
+                    // Finishing an interrupted claim fsyncs both directories: commit first.
+                    if let Some(b) = batch.as_deref_mut() {
+                        self.commit(b)?;
+                    }
                     let (Some(a), Some(b)) = (self.io.stamp(&src)?, self.io.stamp(&dest)?) else {
                         return Ok(None); // the source went: another consumer resolved it
                     };
@@ -1150,7 +1255,7 @@ impl Mailbox {
                                 Err(e) => return Err(e),
                             }
                         }
-                        let r = self.record(&dest, name, &extra, agent)?;
+                        let r = self.record(&dest, name, &extra, agent, None)?;
                         self.io.sync_dir(&self.processed)?;
                         self.io.sync_dir(dir)?;
                         return Ok(match r {
@@ -1193,7 +1298,8 @@ impl Mailbox {
         })
     }
 
-    /// Reads the claimed file at `dest`, and rewrites it with `extra` (handling metadata).
+    /// Reads the claimed file at `dest`, and appends `extra` (handling metadata) to it, synced
+    /// at once, or with `defer`, left open there for the batch's commit to fdatasync.
     /// `Some(Err)` when the file does not hold a valid signal: it is then quarantined.
     fn record(
         &self,
@@ -1201,6 +1307,7 @@ impl Mailbox {
         name: &OsStr,
         extra: &Map<String, Value>,
         agent: &str,
+        defer: Option<&mut Vec<(PathBuf, File)>>,
     ) -> Result<Option<std::result::Result<Signal, Rejection>>> {
         let reason = match self.io.read_untrusted(dest, self.opts.max_file_size)? {
             Read_::Gone => return Ok(None),
@@ -1225,7 +1332,14 @@ impl Mailbox {
                         // inode (on ext4, creating files right after frees is slow, and that
                         // would slow producers too).
                         let tail = handling_tail(&bytes, format, extra);
-                        match self.io.append(dest, &tail) {
+                        let appended = match defer {
+                            Some(files) => self
+                                .io
+                                .append_unsynced(dest, &tail)
+                                .map(|f| files.push((dest.to_path_buf(), f))),
+                            None => self.io.append(dest, &tail),
+                        };
+                        match appended {
                             Ok(()) => {}
                             // A file dropped with a private mode by another user: the claim
                             // (a rename, which needs only the directories) stands; only the
@@ -1366,7 +1480,7 @@ impl Mailbox {
         extra.insert("delivery_status".into(), json!(status));
         extra.insert("unacked_agents".into(), json!(unacked));
         let mut scratch = Pass::default();
-        let r = self.move_to_processed(&self.inputs, name, agent, extra, &mut scratch)?;
+        let r = self.move_to_processed(&self.inputs, name, agent, extra, &mut scratch, None)?;
         Ok(r.is_some())
     }
 
