@@ -1601,9 +1601,9 @@ impl Mailbox {
         Ok(out)
     }
 
-    /// Removes staging files in `tmp/` older than `age`, at most `limit` per call (deleting in
-    /// small batches keeps producers clear of the filesystem's slow path after mass deletes).
-    /// Returns how many were removed.
+    /// Removes staging files in `tmp/` older than `age`, at most `limit` per call. Returns how
+    /// many were removed. On ext4 without a journal, file creation slows down for minutes after
+    /// many inodes are freed (`spec/mailbox.md` §9.7): spread large clean-ups over time.
     pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
         let now = SystemTime::now();
         let mut removed = 0;

@@ -546,9 +546,13 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    for src in &names {
-        let dst = fl.join("processed").join(src.file_name().unwrap());
-        fs::rename(src, &dst).unwrap();
+    // The floor claims in groups of 64 as sigbox does: renames, then each directory once.
+    for group in names.chunks(64) {
+        for src in group {
+            let dst = fl.join("processed").join(src.file_name().unwrap());
+            fs::rename(src, &dst).unwrap();
+            black_box(fs::read(&dst).unwrap());
+        }
         if durable {
             File::open(fl.join("processed"))
                 .unwrap()
@@ -556,7 +560,6 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
                 .unwrap();
             File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
         }
-        black_box(fs::read(&dst).unwrap());
     }
     let floor_claim = per(t.elapsed(), names.len());
     let t = Instant::now();
@@ -584,7 +587,11 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
         "the same work for each"
     );
     rows.push(
-        Row::new(format!("claim ({kind})"), Some(floor_claim), Some(sb_claim))
+        Row::new(
+            format!("claim ({kind}), {} in one pass", names.len()),
+            Some(floor_claim),
+            Some(sb_claim),
+        )
             .peer("maildir list+move+read", Some(md_claim_read))
             .peer(
                 "dirq lock+get+remove (no fsync)",
@@ -593,13 +600,51 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
             .note(format!(
                 "{}; maildir's bare move_new_to_cur (no read): {}",
                 if durable {
-                    "floor: list, rename+fsync both dirs, read; sigbox also appends its handling record (+1 fdatasync); maildir does not fsync"
+                    "floor: list, rename, read, fsync both dirs per 64 claims; sigbox also appends its handling record (+1 fdatasync each); maildir does not fsync"
                 } else {
                     "floor: list, rename, read; sigbox also appends its handling record"
                 },
                 fmt(md_move)
             )),
     );
+    if durable {
+        // A checkpoint usually finds one signal: one claim per pass, beside the floor's
+        // rename + fsync of both directories + read of one file.
+        let floor_one = median_with(
+            100,
+            || {
+                k += 1;
+                let p = fl.join(format!("inputs/one{k}.json"));
+                fs::write(&p, body).unwrap();
+                p
+            },
+            |src| {
+                let dst = fl.join("processed").join(src.file_name().unwrap());
+                fs::rename(&src, &dst).unwrap();
+                File::open(fl.join("processed"))
+                    .unwrap()
+                    .sync_all()
+                    .unwrap();
+                File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
+                black_box(fs::read(&dst).unwrap());
+            },
+        );
+        let relaxed = MailboxOptions::new()
+            .durability(Durability::RelaxedNoFsync)
+            .open(dir.join("signals"))
+            .unwrap();
+        let sb_one = median_with(
+            100,
+            || relaxed.send(&to("Executor")).unwrap(),
+            |_| {
+                assert_eq!(mb.pass("Executor", None).unwrap().delivered.len(), 1);
+            },
+        );
+        rows.push(
+            Row::new("claim (durable), one signal per pass", Some(floor_one), Some(sb_one))
+                .note("floor: rename+fsync both dirs+read; sigbox: 3 fsyncs (the handling record's fdatasync, then both directories); maildir has no durable claim"),
+        );
+    }
 }
 
 fn rss_probe(root: &str) {
