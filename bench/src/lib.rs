@@ -63,6 +63,18 @@ pub fn bare_read_dir(dir: &std::path::Path) {
     }
 }
 
+/// The directory to measure in: the first command-line argument (default: the current
+/// directory), so the numbers are for the filesystem that matters, not tmpfs; and a fresh
+/// temporary directory in it, named `prefix…`, removed when dropped.
+pub fn workdir(prefix: &str) -> (String, tempfile::TempDir) {
+    let parent = std::env::args().nth(1).unwrap_or_else(|| ".".into());
+    let tmp = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&parent)
+        .unwrap();
+    (parent, tmp)
+}
+
 /// Formats a duration in microseconds.
 pub fn us(d: Duration) -> String {
     format!("{:.1} us", d.as_secs_f64() * 1e6)

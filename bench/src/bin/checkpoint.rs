@@ -25,11 +25,7 @@ fn row(what: &str, base_name: &str, base: Stats, sigbox: Stats, target: &str) {
 }
 
 fn main() {
-    let parent = std::env::args().nth(1).unwrap_or_else(|| ".".into());
-    let tmp = tempfile::Builder::new()
-        .prefix("sigbox-bench-")
-        .tempdir_in(&parent)
-        .unwrap();
+    let (parent, tmp) = sigbox_bench::workdir("sigbox-bench-");
     let root = tmp.path().join("signals");
     // Passes that really list (listing reuse off), and a handle that reuses proven listings.
     let mb = sigbox::MailboxOptions::new()

@@ -73,11 +73,7 @@ fn describe(dir: &Path) -> String {
 }
 
 fn main() {
-    let parent = std::env::args().nth(1).unwrap_or_else(|| ".".into());
-    let tmp = tempfile::Builder::new()
-        .prefix("sigbox-churn-")
-        .tempdir_in(&parent)
-        .unwrap();
+    let (_, tmp) = sigbox_bench::workdir("sigbox-churn-");
     let root = tmp.path().join("signals");
     let mut opts = MailboxOptions::new();
     opts.durability(Durability::RelaxedNoFsync)

@@ -194,11 +194,7 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some("--rss-probe") {
         return rss_probe(&std::env::args().nth(2).unwrap());
     }
-    let parent = std::env::args().nth(1).unwrap_or_else(|| ".".into());
-    let tmp = tempfile::Builder::new()
-        .prefix("sigbox-field-")
-        .tempdir_in(&parent)
-        .unwrap();
+    let (parent, tmp) = sigbox_bench::workdir("sigbox-field-");
     let bin = sigbox_bin();
     let mut rows = Vec::new();
 

@@ -26,11 +26,7 @@ fn sigbox_bin() -> PathBuf {
 }
 
 fn main() {
-    let parent = std::env::args().nth(1).unwrap_or_else(|| ".".into());
-    let tmp = tempfile::Builder::new()
-        .prefix("sigbox-bench-")
-        .tempdir_in(&parent)
-        .unwrap();
+    let (parent, tmp) = sigbox_bench::workdir("sigbox-bench-");
     let root = tmp.path().join("signals");
     Mailbox::init(&root).unwrap();
 
