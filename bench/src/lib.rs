@@ -75,6 +75,31 @@ pub fn workdir(prefix: &str) -> (String, tempfile::TempDir) {
     (parent, tmp)
 }
 
+/// The `sigbox` binary built beside the running benchmark (`cargo build --release -p
+/// sigbox-client`).
+pub fn sigbox_bin() -> PathBuf {
+    let bin = std::env::current_exe().unwrap().with_file_name("sigbox");
+    assert!(
+        bin.exists(),
+        "{} not found: run `cargo build --release -p sigbox-client` first",
+        bin.display()
+    );
+    bin
+}
+
+/// Prints a table row: `what`, baseline and sigbox p50 / p99, their ratios, the target.
+pub fn row(what: &str, base: Stats, sigbox: Stats, target: &str) {
+    println!(
+        "| {what} | {} / {} | {} / {} | {:.2}x / {:.2}x | {target} |",
+        us(base.p50),
+        us(base.p99),
+        us(sigbox.p50),
+        us(sigbox.p99),
+        ratio(sigbox.p50, base.p50),
+        ratio(sigbox.p99, base.p99),
+    );
+}
+
 /// Formats a duration in microseconds.
 pub fn us(d: Duration) -> String {
     format!("{:.1} us", d.as_secs_f64() * 1e6)

@@ -9,20 +9,7 @@ use std::hint::black_box;
 use std::io::Write;
 
 use sigbox::{Mailbox, NewSignal, SignalType, Target};
-use sigbox_bench::{Stats, bare_read_dir, paired, ratio, us};
-
-fn row(what: &str, base_name: &str, base: Stats, sigbox: Stats, target: &str) {
-    println!(
-        "| {what} | {} / {} | {} / {} | {:.2}x / {:.2}x | {target} |",
-        us(base.p50),
-        us(base.p99),
-        us(sigbox.p50),
-        us(sigbox.p99),
-        ratio(sigbox.p50, base.p50),
-        ratio(sigbox.p99, base.p99),
-    );
-    let _ = base_name;
-}
+use sigbox_bench::{bare_read_dir, paired, row};
 
 fn main() {
     let (parent, tmp) = sigbox_bench::workdir("sigbox-bench-");
@@ -47,7 +34,7 @@ fn main() {
             black_box(mb.pass("Executor", None).unwrap());
         },
     );
-    row("empty pass vs read_dir", "read_dir", base, sb, "p50 <= 2x");
+    row("empty pass vs read_dir", base, sb, "p50 <= 2x");
 
     // 10,000 pending signals for other agents: routed from names, no file opened.
     for i in 0..10_000 {
@@ -70,7 +57,6 @@ fn main() {
     );
     row(
         "pass, 10,000 foreign pending vs read_dir",
-        "read_dir",
         base,
         sb,
         "p99 <= 1.3x",
@@ -90,7 +76,6 @@ fn main() {
     );
     row(
         "repeated pass, unchanged inbox of 10,000 foreign pending vs read_dir",
-        "read_dir",
         base,
         sb,
         "far below read_dir",
@@ -130,7 +115,6 @@ fn main() {
     );
     row(
         "durable send vs write+fsync+rename+fsync(dir)",
-        "floor",
         base,
         sb,
         "p50 <= 1.15x",

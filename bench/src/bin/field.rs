@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigbox::{Durability, Mailbox, MailboxOptions, NewSignal, SignalType, Target};
-use sigbox_bench::{Stats, bare_read_dir, wait_latency};
+use sigbox_bench::{Stats, bare_read_dir, sigbox_bin, wait_latency};
 
 fn to(agent: &str) -> NewSignal {
     let mut s = NewSignal::new(SignalType::Info);
@@ -164,16 +164,6 @@ fn run_dirq(dir: &Path) -> Result<Dirq, String> {
             .collect(),
         claim: us(f(&v["claim_us"])?),
     })
-}
-
-fn sigbox_bin() -> PathBuf {
-    let bin = std::env::current_exe().unwrap().with_file_name("sigbox");
-    assert!(
-        bin.exists(),
-        "{} not found: run `cargo build --release -p sigbox-client` first",
-        bin.display()
-    );
-    bin
 }
 
 fn run_quiet(cmd: &mut Command) {

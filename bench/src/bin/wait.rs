@@ -5,25 +5,13 @@
 //! wait [-- DIR]` (it runs the `sigbox` binary next to its own executable).
 
 use std::fs;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigbox::{Durability, Mailbox};
-use sigbox_bench::{Stats, ratio, us, wait_latency};
+use sigbox_bench::{Stats, row, sigbox_bin, wait_latency};
 
 const ROUNDS: usize = 300;
-
-fn sigbox_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().unwrap().join("sigbox");
-    assert!(
-        bin.exists(),
-        "{} not found: run `cargo build --release -p sigbox-client` first",
-        bin.display()
-    );
-    bin
-}
 
 fn main() {
     let (parent, tmp) = sigbox_bench::workdir("sigbox-bench-");
@@ -43,14 +31,11 @@ fn main() {
         ),
     ] {
         let (b, s) = wait_latency(tmp.path(), &root, durability, ROUNDS);
-        println!(
-            "| {what} vs a bare inotify watch seeing the rename | {} / {} | {} / {} | {:.1}x / {:.1}x | p99 < 1 ms (Goblin polls every 5 s: 2.5 s mean) |",
-            us(b.p50),
-            us(b.p99),
-            us(s.p50),
-            us(s.p99),
-            ratio(s.p50, b.p50),
-            ratio(s.p99, b.p99)
+        row(
+            &format!("{what} vs a bare inotify watch seeing the rename"),
+            b,
+            s,
+            "p99 < 1 ms (Goblin polls every 5 s: 2.5 s mean)",
         );
     }
 
@@ -76,15 +61,11 @@ fn main() {
             tp.push(b);
         }
     }
-    let (l, p) = (Stats::of(tl), Stats::of(tp));
-    println!(
-        "| `sigbox poll --as Executor`, empty inbox, whole process (vs `ls` of inputs/) | {} / {} | {} / {} | {:.2}x / {:.2}x | median <= 1.5x |",
-        us(l.p50),
-        us(l.p99),
-        us(p.p50),
-        us(p.p99),
-        ratio(p.p50, l.p50),
-        ratio(p.p99, l.p99)
+    row(
+        "`sigbox poll --as Executor`, empty inbox, whole process (vs `ls` of inputs/)",
+        Stats::of(tl),
+        Stats::of(tp),
+        "median <= 1.5x",
     );
 
     // 3. CPU time of a `sigbox wait` that blocks: read from /proc while it is still waiting.
