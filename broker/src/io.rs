@@ -335,69 +335,51 @@ impl Io {
 
     /// Lists a directory. A missing directory lists as empty when `missing_ok`.
     pub(crate) fn list(&self, dir: &Path, missing_ok: bool) -> Result<Vec<Entry>> {
-        let rd = match fs::read_dir(dir) {
-            Ok(rd) => rd,
-            Err(e) if missing_ok && e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(dir, "cannot list directory", e)),
-        };
         let mut out = Vec::new();
-        for entry in rd {
-            let entry = entry.map_err(|e| Error::io(dir, "cannot list directory", e))?;
-            let kind = match entry.file_type() {
-                Ok(ft) if ft.is_symlink() => EntryKind::Symlink,
-                Ok(ft) if ft.is_dir() => EntryKind::Dir,
-                Ok(ft) if ft.is_file() => EntryKind::File,
-                Ok(ft) if sys::is_special(&ft) => EntryKind::Special,
-                Ok(_) => EntryKind::Special,
-                // Vanished between readdir and stat: let the caller see it gone later.
-                Err(_) => EntryKind::File,
-            };
-            out.push(Entry {
-                name: entry.file_name(),
-                kind,
-            });
+        match sys::list_dir(dir, |name, kind| out.push(Entry { name, kind })) {
+            Ok(()) => Ok(out),
+            Err(e) if missing_ok && e.kind() == io::ErrorKind::NotFound && out.is_empty() => {
+                Ok(out)
+            }
+            Err(e) => Err(Error::io(dir, "cannot list directory", e)),
         }
-        Ok(out)
     }
 
     /// Reads a file from a directory that strangers write to: never follows a symlink, never
     /// blocks on a FIFO, refuses anything but a regular file with one link, and reads at most
     /// `cap` bytes.
     pub(crate) fn read_untrusted(&self, path: &Path, cap: u64) -> Result<Read_> {
-        let mut file = match sys::open_nofollow(path) {
+        let file = match sys::open_nofollow(path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Read_::Gone),
             Err(e) if is_symlink_error(&e) => return Ok(Read_::NotRegular("a symlink")),
             Err(e) => return Ok(Read_::Unreadable(format!("cannot open: {e}"))),
         };
-        let meta = match file.metadata() {
-            Ok(m) => m,
-            Err(e) => return Ok(Read_::Unreadable(format!("cannot stat: {e}"))),
+        Ok(read_checked(&file, cap))
+    }
+
+    /// [`Io::read_untrusted`] for a file this handle has just claimed (renamed into
+    /// `processed/`), keeping one read-write descriptor open for its handling record
+    /// ([`Io::append_to`]). The descriptor comes back only with `Read_::Bytes`. When the file
+    /// cannot be opened for writing (another user's private file, anything not a regular
+    /// file), it is read as [`Io::read_untrusted`] reads it, without a descriptor.
+    pub(crate) fn read_claimed(&self, path: &Path, cap: u64) -> Result<(Read_, Option<File>)> {
+        let file = match sys::open_read_append(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Read_::Gone, None)),
+            Err(_) => return Ok((self.read_untrusted(path, cap)?, None)),
         };
-        let ft = meta.file_type();
-        if !ft.is_file() {
-            return Ok(Read_::NotRegular(if ft.is_dir() {
-                "a directory"
-            } else {
-                "a FIFO, socket or device"
-            }));
-        }
-        let stamp = sys::stamp(&meta);
-        if stamp.nlink > 1 {
-            return Ok(Read_::HardLinked(stamp.nlink));
-        }
-        if stamp.size > cap {
-            return Ok(Read_::TooLarge(stamp.size));
-        }
-        // The file may grow while we read: never read past the cap.
-        let mut buf = Vec::with_capacity(stamp.size as usize);
-        if let Err(e) = (&mut file).take(cap + 1).read_to_end(&mut buf) {
-            return Ok(Read_::Unreadable(format!("cannot read: {e}")));
-        }
-        if buf.len() as u64 > cap {
-            return Ok(Read_::TooLarge(buf.len() as u64));
-        }
-        Ok(Read_::Bytes(buf, stamp))
+        let r = read_checked(&file, cap);
+        let keep = matches!(r, Read_::Bytes(..)).then_some(file);
+        Ok((r, keep))
+    }
+
+    /// Appends `data` to `file` (opened by [`Io::read_claimed`], so appending), without a sync:
+    /// the caller fdatasyncs it ([`Io::sync_data`]).
+    pub(crate) fn append_to(&self, mut file: &File, path: &Path, data: &[u8]) -> Result<()> {
+        self.check_poison(path)?;
+        self.effect(FsOp::Write(path, data), || file.write_all(data))
+            .map_err(|e| Error::io(path, "cannot append", e))
     }
 
     /// `lstat`, as a [`sys::Stamp`]; `None` when the file is gone.
@@ -408,6 +390,56 @@ impl Io {
             Err(e) => Err(Error::io(path, "cannot stat", e)),
         }
     }
+}
+
+/// The checks and the capped read of [`Io::read_untrusted`] on an open file. The file is read
+/// with one `read` of its size plus one byte: a regular file's read stops at its end, so getting
+/// exactly the size proves the end was reached; anything else (it grew, shrank, or the read was
+/// cut short) reads on to the end, never past the cap.
+fn read_checked(mut file: &File, cap: u64) -> Read_ {
+    let meta = match file.metadata() {
+        Ok(m) => m,
+        Err(e) => return Read_::Unreadable(format!("cannot stat: {e}")),
+    };
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        return Read_::NotRegular(if ft.is_dir() {
+            "a directory"
+        } else {
+            "a FIFO, socket or device"
+        });
+    }
+    let stamp = sys::stamp(&meta);
+    if stamp.nlink > 1 {
+        return Read_::HardLinked(stamp.nlink);
+    }
+    if stamp.size > cap {
+        return Read_::TooLarge(stamp.size);
+    }
+    let size = stamp.size as usize;
+    let mut buf = vec![0; size + 1];
+    let first = loop {
+        match file.read(&mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    let n = match first {
+        Ok(n) => n,
+        Err(e) => return Read_::Unreadable(format!("cannot read: {e}")),
+    };
+    buf.truncate(n);
+    if n != size
+        && let Err(e) = (&mut file)
+            .take((cap + 1).saturating_sub(n as u64))
+            .read_to_end(&mut buf)
+    {
+        return Read_::Unreadable(format!("cannot read: {e}"));
+    }
+    if buf.len() as u64 > cap {
+        return Read_::TooLarge(buf.len() as u64);
+    }
+    Read_::Bytes(buf, stamp)
 }
 
 /// `rename` reports `ENOENT` both for a vanished source and a missing destination directory;
@@ -421,4 +453,83 @@ fn is_symlink_error(e: &io::Error) -> bool {
     // O_NOFOLLOW on a symlink gives ELOOP on Linux and the BSDs (EMLINK on some).
     matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::LOOP.raw_os_error()
         || code == rustix::io::Errno::MLINK.raw_os_error())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(r: Read_) -> Vec<u8> {
+        match r {
+            Read_::Bytes(b, _) => b,
+            other => panic!("expected bytes, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_file_is_read_whole_whatever_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0usize, 1, 164, 4096, 70_000] {
+            let p = dir.path().join(format!("f{len}"));
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            fs::write(&p, &data).unwrap();
+            assert_eq!(bytes(read_checked(&File::open(&p).unwrap(), 1 << 20)), data);
+            if len > 0 {
+                let over = read_checked(&File::open(&p).unwrap(), len as u64 - 1);
+                assert!(
+                    matches!(over, Read_::TooLarge(n) if n == len as u64),
+                    "{over:?}"
+                );
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_file_longer_than_its_stat_size_is_read_to_its_end_within_the_cap() {
+        // procfs files report size 0 and hold more: the single sized read comes back longer
+        // than the size, and the rest is read on to the end.
+        let read = |cap| read_checked(&File::open("/proc/self/status").unwrap(), cap);
+        let all = bytes(read(1 << 20));
+        assert!(all.starts_with(b"Name:") && all.ends_with(b"\n"), "{all:?}");
+        assert!(matches!(read(16), Read_::TooLarge(17)));
+    }
+
+    #[test]
+    fn a_claimed_file_keeps_one_descriptor_that_reads_and_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.json");
+        fs::write(&p, b"{\"type\":\"INFO\"}\n").unwrap();
+        let io = Io::new(Durability::RelaxedNoFsync, None);
+        let (r, file) = io.read_claimed(&p, 1 << 20).unwrap();
+        assert_eq!(bytes(r), b"{\"type\":\"INFO\"}\n");
+        io.append_to(&file.unwrap(), &p, b"{\"h\":1}\n").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"{\"type\":\"INFO\"}\n{\"h\":1}\n");
+
+        // Anything but a regular file comes back without a descriptor, as read_untrusted
+        // reports it.
+        let (r, file) = io.read_claimed(dir.path(), 1 << 20).unwrap();
+        assert!(matches!(r, Read_::NotRegular("a directory")) && file.is_none());
+        #[cfg(unix)]
+        {
+            let link = dir.path().join("l.json");
+            std::os::unix::fs::symlink(&p, &link).unwrap();
+            let (r, file) = io.read_claimed(&link, 1 << 20).unwrap();
+            assert!(matches!(r, Read_::NotRegular("a symlink")) && file.is_none());
+            // A FIFO opens without blocking (no writer is waiting), and is never read.
+            let fifo = dir.path().join("f.json");
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &fifo,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o644),
+                0,
+            )
+            .unwrap();
+            let (r, file) = io.read_claimed(&fifo, 1 << 20).unwrap();
+            assert!(matches!(r, Read_::NotRegular("a FIFO, socket or device")) && file.is_none());
+        }
+        let (r, file) = io.read_claimed(&dir.path().join("gone"), 1 << 20).unwrap();
+        assert!(matches!(r, Read_::Gone) && file.is_none());
+    }
 }

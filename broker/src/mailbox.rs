@@ -272,6 +272,8 @@ struct Batch {
     claims: usize,
     /// Deliveries in FIFO order, each with whether it is durable yet.
     signals: Vec<(Signal, bool)>,
+    /// How many of `signals` are known durable (a prefix: each commit makes all durable).
+    durable: usize,
 }
 
 /// A listing kept because the directory's stamp proves it current.
@@ -760,12 +762,18 @@ impl Mailbox {
         relevant: &dyn Fn(&str) -> bool,
         now: SystemTime,
     ) -> Result<Scan> {
+        // Most agents never had a buffer: an `lstat` says so at half the cost of a failed open.
+        let before = if self.opts.reuse_listings || source == Source::Buffer {
+            let st = self.io.stamp(dir)?;
+            if st.is_none() && source == Source::Buffer {
+                return Ok(Scan::default()); // no buffer for this agent: nothing to list
+            }
+            st
+        } else {
+            None
+        };
         if !self.opts.reuse_listings {
             return self.scan(dir, source, relevant, now);
-        }
-        let before = self.io.stamp(dir)?;
-        if before.is_none() && source == Source::Buffer {
-            return Ok(Scan::default()); // no buffer for this agent: nothing to list
         }
         let key = (dir.to_path_buf(), agent.to_string());
         if let Some(st) = before {
@@ -1063,9 +1071,10 @@ impl Mailbox {
         }
         // Every delivery is durable now: the batch's claims just committed; the rest (acks,
         // claims that finished an interrupted one) were synced when made.
-        for (_, durable) in &mut batch.signals {
+        for (_, durable) in &mut batch.signals[batch.durable..] {
             *durable = true;
         }
+        batch.durable = batch.signals.len();
         Ok(())
     }
 
@@ -1309,7 +1318,10 @@ impl Mailbox {
         agent: &str,
         defer: Option<&mut Vec<(PathBuf, File)>>,
     ) -> Result<Option<std::result::Result<Signal, Rejection>>> {
-        let reason = match self.io.read_untrusted(dest, self.opts.max_file_size)? {
+        // One read-write descriptor reads the file and then appends the record; a file that
+        // cannot be opened for writing is read without one (and left unannotated below).
+        let (read, file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
+        let reason = match read {
             Read_::Gone => return Ok(None),
             Read_::TooLarge(n) => self.too_large(n),
             Read_::NotRegular(what) => format!("{what}, not a signal file"),
@@ -1332,12 +1344,20 @@ impl Mailbox {
                         // inode (on ext4, creating files right after frees is slow, and that
                         // would slow producers too).
                         let tail = handling_tail(&bytes, format, extra);
-                        let appended = match defer {
-                            Some(files) => self
+                        let appended = match (file, defer) {
+                            (Some(f), Some(files)) => self
+                                .io
+                                .append_to(&f, dest, &tail)
+                                .map(|()| files.push((dest.to_path_buf(), f))),
+                            (Some(f), None) => self
+                                .io
+                                .append_to(&f, dest, &tail)
+                                .and_then(|()| self.io.sync_data(&f, dest)),
+                            (None, Some(files)) => self
                                 .io
                                 .append_unsynced(dest, &tail)
                                 .map(|f| files.push((dest.to_path_buf(), f))),
-                            None => self.io.append(dest, &tail),
+                            (None, None) => self.io.append(dest, &tail),
                         };
                         match appended {
                             Ok(()) => {}

@@ -653,6 +653,17 @@ fn an_unreadable_file_is_quarantined_not_fatal() {
         .collect();
     assert_eq!(delivered.len(), 1);
     assert_eq!(delivered[0]["id"], good.trim());
+    // The claimed file is another user's and not writable for this one: it is read without a
+    // writable descriptor, the claim stands, and only the handling record is missing.
+    let claimed =
+        std::fs::read_to_string(root.join("processed").join(format!("{}.json", good.trim())))
+            .unwrap();
+    assert!(claimed.contains(good.trim()), "{claimed}");
+    assert_eq!(
+        claimed.contains("handling_metadata"),
+        uid.trim() != "0",
+        "annotated only when the poller may write the file: {claimed}"
+    );
     let reason = std::fs::read_to_string(root.join("rejected/secret.yaml.reason.json")).unwrap();
     assert!(
         reason.contains("cannot open") && reason.contains("ermission denied"),

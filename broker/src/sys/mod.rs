@@ -15,3 +15,29 @@ pub(crate) use unix::*;
 mod portable;
 #[cfg(not(unix))]
 pub(crate) use portable::*;
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use crate::io::EntryKind;
+
+/// Lists a directory through `std::fs::read_dir`: each entry's name and kind.
+#[cfg_attr(any(target_os = "linux", target_os = "android"), allow(dead_code))]
+pub(crate) fn list_dir_std(
+    dir: &Path,
+    mut each: impl FnMut(OsString, EntryKind),
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = match entry.file_type() {
+            Ok(ft) if ft.is_symlink() => EntryKind::Symlink,
+            Ok(ft) if ft.is_dir() => EntryKind::Dir,
+            Ok(ft) if ft.is_file() => EntryKind::File,
+            Ok(_) => EntryKind::Special,
+            // Vanished between readdir and stat: let the caller see it gone later.
+            Err(_) => EntryKind::File,
+        };
+        each(entry.file_name(), kind);
+    }
+    Ok(())
+}

@@ -16,6 +16,16 @@ pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
     File::open(path)
 }
 
+pub(crate) fn open_read_append(path: &Path) -> io::Result<File> {
+    if std::fs::symlink_metadata(path)?.file_type().is_symlink() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "is a symlink"));
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(path)
+}
+
 pub(crate) fn open_append(path: &Path) -> io::Result<File> {
     std::fs::OpenOptions::new().append(true).open(path)
 }
@@ -48,10 +58,6 @@ pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
         mtime_ns: ns(meta.modified()),
         ctime_ns: ns(meta.modified()),
     }
-}
-
-pub(crate) fn is_special(_ft: &std::fs::FileType) -> bool {
-    false
 }
 
 pub(crate) fn name_bytes(name: &std::ffi::OsStr) -> &[u8] {
@@ -88,4 +94,11 @@ pub(crate) fn is_shared_dir(_path: &Path) -> bool {
 
 pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied
+}
+
+pub(crate) fn list_dir(
+    dir: &Path,
+    each: impl FnMut(std::ffi::OsString, crate::io::EntryKind),
+) -> io::Result<()> {
+    super::list_dir_std(dir, each)
 }

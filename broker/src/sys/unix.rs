@@ -25,11 +25,29 @@ pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     std::fs::remove_file(from)
 }
 
-/// Opens a file for reading without following a final symlink and without blocking on a FIFO.
+/// Opens a file for reading without following a final symlink, without blocking on a FIFO and
+/// without ever making a terminal the controlling one.
 pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
     let fd = rustix::fs::open(
         path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// [`open_nofollow`], read-write and appending: one descriptor to read a claimed file and then
+/// append its handling record. A directory fails here with `EISDIR`; callers fall back to
+/// [`open_nofollow`] on any failure but `ENOENT`.
+pub(crate) fn open_read_append(path: &Path) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDWR
+            | OFlags::APPEND
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY
+            | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
     Ok(File::from(fd))
@@ -43,6 +61,64 @@ pub(crate) fn open_append(path: &Path) -> io::Result<File> {
         Mode::empty(),
     )?;
     Ok(File::from(fd))
+}
+
+/// Lists a directory: each entry's name and kind, without `.` and `..`.
+///
+/// On Linux this is one `open` and `getdents64` into a 32 KiB buffer: no `fstat` (which
+/// `opendir` adds) and no allocation per entry beyond its name. The kind comes from `d_type`,
+/// or from an `lstat` where the filesystem does not fill it in.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn list_dir(
+    dir: &Path,
+    mut each: impl FnMut(std::ffi::OsString, crate::io::EntryKind),
+) -> io::Result<()> {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    use rustix::fs::{AtFlags, FileType, RawDir, statat};
+
+    use crate::io::EntryKind;
+
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut buf = Vec::with_capacity(32 * 1024);
+    let mut entries = RawDir::new(&fd, buf.spare_capacity_mut());
+    while let Some(entry) = entries.next() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let ft = match entry.file_type() {
+            FileType::Unknown => match statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => FileType::from_raw_mode(st.st_mode),
+                // Vanished between readdir and stat: let the caller see it gone later.
+                Err(_) => FileType::RegularFile,
+            },
+            ft => ft,
+        };
+        let kind = match ft {
+            FileType::RegularFile => EntryKind::File,
+            FileType::Directory => EntryKind::Dir,
+            FileType::Symlink => EntryKind::Symlink,
+            _ => EntryKind::Special,
+        };
+        each(OsStr::from_bytes(name.to_bytes()).to_os_string(), kind);
+    }
+    Ok(())
+}
+
+/// Lists a directory: each entry's name and kind.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn list_dir(
+    dir: &Path,
+    each: impl FnMut(std::ffi::OsString, crate::io::EntryKind),
+) -> io::Result<()> {
+    super::list_dir_std(dir, each)
 }
 
 /// Opens a directory so that it can be fsynced.
@@ -76,12 +152,6 @@ pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
         mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
         ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
     }
-}
-
-/// True for FIFOs, sockets and device nodes: files that must never be opened.
-pub(crate) fn is_special(ft: &std::fs::FileType) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    ft.is_fifo() || ft.is_socket() || ft.is_block_device() || ft.is_char_device()
 }
 
 /// The raw bytes of a file name, for names that are not UTF-8.
