@@ -270,9 +270,14 @@ struct Batch {
     dirs: Vec<PathBuf>,
     /// Claims since the last commit.
     claims: usize,
-    /// Deliveries in FIFO order, each with whether it is durable yet.
-    signals: Vec<(Signal, bool)>,
-    /// How many of `signals` are known durable (a prefix: each commit makes all durable).
+    /// Claims ever added (never reset): whether a claim joined the batch or was made durable
+    /// on its own (finishing an interrupted claim).
+    added: usize,
+    /// Deliveries in FIFO order, each with the source directory of its claim while that claim
+    /// is not durable yet (`None`: durable).
+    signals: Vec<(Signal, Option<PathBuf>)>,
+    /// How many of `signals` are known durable (a prefix: a commit that succeeds makes all
+    /// durable).
     durable: usize,
 }
 
@@ -1050,30 +1055,36 @@ impl Mailbox {
             batch
                 .signals
                 .into_iter()
-                .filter(|(_, durable)| *durable)
+                .filter(|(_, pending)| pending.is_none())
                 .map(|(sig, _)| sig),
         );
         routed.and(committed)
     }
 
     /// Makes the batch's claims durable (group commit): fdatasync each appended handling
-    /// block, then `processed/`, then each source directory.
+    /// block, then `processed/`, then each source directory. A claim is durable once its
+    /// source directory is synced: when the commit then fails on another directory, the
+    /// claims already durable are still handed over.
     fn commit(&self, batch: &mut Batch) -> Result<()> {
         if batch.claims > 0 {
             for (path, file) in std::mem::take(&mut batch.files) {
                 self.io.sync_data(&file, &path)?;
             }
             self.io.sync_dir(&self.processed)?;
-            for dir in std::mem::take(&mut batch.dirs) {
-                self.io.sync_dir(&dir)?;
+            while let Some(dir) = batch.dirs.first() {
+                self.io.sync_dir(dir)?;
+                for (_, pending) in &mut batch.signals[batch.durable..] {
+                    if pending.as_ref() == Some(dir) {
+                        *pending = None;
+                    }
+                }
+                batch.dirs.remove(0);
             }
             batch.claims = 0;
         }
         // Every delivery is durable now: the batch's claims just committed; the rest (acks,
         // claims that finished an interrupted one) were synced when made.
-        for (_, durable) in &mut batch.signals[batch.durable..] {
-            *durable = true;
-        }
+        debug_assert!(batch.signals.iter().all(|(_, p)| p.is_none()));
         batch.durable = batch.signals.len();
         Ok(())
     }
@@ -1098,8 +1109,9 @@ impl Mailbox {
                 &self.inputs
             };
             // Claims join the batch (not durable until it commits); a broadcast's ack is
-            // durable as soon as it is written.
-            let mut claimed = true;
+            // durable as soon as it is written, and so is a claim that finished an
+            // interrupted one.
+            let added = batch.added;
             let delivered = if item.source == Source::Buffer {
                 self.take(dir, &item.name, agent, pass, batch)?
             } else if ty.is_approval() {
@@ -1114,7 +1126,6 @@ impl Mailbox {
                         if ctx.is_orch {
                             broadcasts.push(item);
                         }
-                        claimed = false;
                         // It may quarantine from inputs/ (an fsync of inputs/): commit first.
                         self.commit(batch)?;
                         self.deliver_broadcast(&item.name, agent, pass)?
@@ -1144,7 +1155,8 @@ impl Mailbox {
             };
             if let Some(sig) = delivered {
                 let stop = sig.signal_type.stops_pass();
-                batch.signals.push((sig, !claimed));
+                let pending = (batch.added > added).then(|| dir.to_path_buf());
+                batch.signals.push((sig, pending));
                 if stop {
                     pass.stopped = true;
                     break;
@@ -1210,6 +1222,7 @@ impl Mailbox {
                     let r = atomic::claim_unsynced(&self.io, &src, &dest, between)?;
                     if r.0 == Claimed::Won {
                         b.claims += 1;
+                        b.added += 1;
                         if !b.dirs.iter().any(|d| d == dir) {
                             b.dirs.push(dir.to_path_buf());
                         }

@@ -704,3 +704,69 @@ fn crash_during_groups_of_claims() {
     eprintln!("groups of claims: {states} crash states checked");
     assert!(states >= 66 * 3);
 }
+
+#[test]
+fn crash_during_a_group_from_a_buffer_and_inputs() {
+    // One pass claims from two source directories: the agent's buffer (older signals) and
+    // inputs/. The commit syncs processed/, then the buffer, then inputs/: a crash between the
+    // two leaves the buffered claims durable, and they must have been handed over.
+    let ids = std::sync::Mutex::new(Vec::<String>::new());
+    let handed = std::sync::Mutex::new(Vec::<String>::new());
+    let mut sizes = BTreeSet::new();
+    let sizes_seen = std::sync::Mutex::new(&mut sizes);
+    let states = enumerate_tree(
+        &|t| {
+            let mb = opts().init(t).unwrap();
+            let mut ids = ids.lock().unwrap();
+            for i in 0..3 {
+                ids.push(send(
+                    &mb,
+                    SignalType::Info,
+                    agent("Executor"),
+                    &format!("b{i}"),
+                ));
+            }
+            // Executor holds no presence lock: the orchestrator buffers the three.
+            let p = mb.pass("Orchestrator", None).unwrap();
+            assert_eq!(p.buffered.len(), 3);
+            for i in 0..3 {
+                ids.push(send(
+                    &mb,
+                    SignalType::Info,
+                    agent("Executor"),
+                    &format!("i{i}"),
+                ));
+            }
+        },
+        &|w, rec| {
+            let mb = opts().hook(rec).open(w).unwrap();
+            let mut h = handed.lock().unwrap();
+            h.clear();
+            match mb.pass("Executor", None) {
+                Ok(p) => {
+                    h.extend(p.delivered.iter().map(|s| s.id.clone()));
+                    p.interrupted.is_none()
+                }
+                Err(_) => false,
+            }
+        },
+        &|c, n, _| {
+            let (after, rejected) = drain(c);
+            assert!(rejected.is_empty(), "crash at {n}: {rejected:?}");
+            let mut seen = BTreeSet::new();
+            let h = handed.lock().unwrap();
+            for id in h.iter().chain(after.iter().map(|(_, id)| id)) {
+                assert!(
+                    seen.insert(id.clone()),
+                    "crash at {n}: {id} delivered twice"
+                );
+            }
+            let all: BTreeSet<String> = ids.lock().unwrap().iter().cloned().collect();
+            assert_eq!(seen, all, "crash at {n}: lost or unexpected signals");
+            sizes_seen.lock().unwrap().insert(h.len());
+        },
+    );
+    eprintln!("group from a buffer and inputs/: {states} crash states checked");
+    // Nothing, the buffered three (inputs/ not synced yet), or all six.
+    assert_eq!(sizes, BTreeSet::from([0, 3, 6]));
+}
