@@ -474,24 +474,44 @@ fn main() {
 
 /// Send and claim through sigbox, the floor and maildir (and dirq, relaxed only: it never
 /// fsyncs), the same number of each.
+///
+/// The signals are spread over `rounds` inboxes per side, `per` in each: a checkpoint that
+/// finds `per` signals. The claims then run round by round, each round timing every side on
+/// its own inbox in an order that rotates, so that no side always runs first (right after
+/// the sends, while the disk writes back) or last.
 fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<Row>) {
     let dir = tmp.join(if durable { "d" } else { "r" });
+    // Durable rounds stay under one group commit (64).
+    let (rounds, per) = if durable { (5, 60) } else { (30, 100) };
     let mut o = MailboxOptions::new();
     if !durable {
         o.durability(Durability::RelaxedNoFsync);
     }
-    let mb = o.init(dir.join("signals")).unwrap();
-    let fl = dir.join("floor");
-    fs::create_dir_all(fl.join("tmp")).unwrap();
-    fs::create_dir_all(fl.join("inputs")).unwrap();
-    fs::create_dir_all(fl.join("processed")).unwrap();
-    let md = maildir::Maildir::from(dir.join("maildir"));
-    md.create_dirs().unwrap();
+    let mbs: Vec<Mailbox> = (0..rounds)
+        .map(|r| o.init(dir.join(format!("signals{r}"))).unwrap())
+        .collect();
+    let fls: Vec<PathBuf> = (0..rounds)
+        .map(|r| {
+            let fl = dir.join(format!("floor{r}"));
+            for d in ["tmp", "inputs", "processed"] {
+                fs::create_dir_all(fl.join(d)).unwrap();
+            }
+            fl
+        })
+        .collect();
+    let mds: Vec<maildir::Maildir> = (0..rounds)
+        .map(|r| {
+            let md = maildir::Maildir::from(dir.join(format!("maildir{r}")));
+            md.create_dirs().unwrap();
+            md
+        })
+        .collect();
     let body = br#"{"type":"INFO","target":"Executor","message":"m"}"#;
-    let n = if durable { 300 } else { 3000 };
-    let mut k = 0u64;
+    let n = rounds * per;
+    let mut k = 0usize;
     let floor_send = median(n, || {
         k += 1;
+        let fl = &fls[k % rounds];
         let t = fl.join(format!("tmp/{k}"));
         let d = fl.join(format!("inputs/{k}.json"));
         let mut f = File::create_new(&t).unwrap();
@@ -504,11 +524,15 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
             File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
         }
     });
+    let mut k = 0usize;
     let sb_send = median(n, || {
-        mb.send(&to("Executor")).unwrap();
+        k += 1;
+        mbs[k % rounds].send(&to("Executor")).unwrap();
     });
+    let mut k = 0usize;
     let md_send = median(n, || {
-        md.store_new(body).unwrap();
+        k += 1;
+        mds[k % rounds].store_new(body).unwrap();
     });
     let kind = if durable { "durable" } else { "relaxed" };
     rows.push(
@@ -524,17 +548,14 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
                 "floor: write+rename; maildir fsyncs the file even here"
             }),
     );
-    // Claims: drain what the sends above left (the same count in each). Each side lists,
-    // moves and reads what it takes; per claim.
-    let per = |total: Duration, n: usize| total / n.max(1) as u32;
-    let t = Instant::now();
-    let names: Vec<PathBuf> = fs::read_dir(fl.join("inputs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    // The floor claims in groups of 64 as sigbox does: renames, then each directory once.
-    for group in names.chunks(64) {
-        for src in group {
+
+    // Claims: each side lists its inbox, moves and reads what it takes.
+    let floor_claim = |fl: &Path| -> usize {
+        let names: Vec<PathBuf> = fs::read_dir(fl.join("inputs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        for src in &names {
             let dst = fl.join("processed").join(src.file_name().unwrap());
             fs::rename(src, &dst).unwrap();
             black_box(fs::read(&dst).unwrap());
@@ -546,56 +567,56 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
                 .unwrap();
             File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
         }
+        names.len()
+    };
+    let sb_claim = |mb: &Mailbox| mb.pass("Executor", None).unwrap().delivered.len();
+    let md_claim = |md: &maildir::Maildir| -> usize {
+        let ids: Vec<String> = md.list_new().map(|e| e.unwrap().id().to_string()).collect();
+        for id in &ids {
+            md.move_new_to_cur(id).unwrap();
+            black_box(fs::read(md.path().join("cur").join(format!("{id}:2,"))).unwrap());
+        }
+        ids.len()
+    };
+    let mut total = [Duration::ZERO; 3];
+    let mut claimed = [0usize; 3];
+    for r in 0..rounds {
+        for i in 0..3 {
+            let side = (r + i) % 3;
+            let t = Instant::now();
+            let got = match side {
+                0 => floor_claim(&fls[r]),
+                1 => sb_claim(&mbs[r]),
+                _ => md_claim(&mds[r]),
+            };
+            total[side] += t.elapsed();
+            claimed[side] += got;
+        }
     }
-    let floor_claim = per(t.elapsed(), names.len());
-    let t = Instant::now();
-    let got = mb.pass("Executor", None).unwrap().delivered.len();
-    let sb_claim = per(t.elapsed(), got);
-    // maildir: half the messages by list + move + read, half by the bare move alone.
-    let t = Instant::now();
-    let ids: Vec<String> = md.list_new().map(|e| e.unwrap().id().to_string()).collect();
-    let listing = per(t.elapsed(), ids.len());
-    let half = ids.len() / 2;
-    let t = Instant::now();
-    for id in &ids[..half] {
-        md.move_new_to_cur(id).unwrap();
-        black_box(fs::read(md.path().join("cur").join(format!("{id}:2,"))).unwrap());
-    }
-    let md_claim_read = listing + per(t.elapsed(), half);
-    let t = Instant::now();
-    for id in &ids[half..] {
-        md.move_new_to_cur(id).unwrap();
-    }
-    let md_move = per(t.elapsed(), ids.len() - half);
-    assert_eq!(
-        (names.len(), got),
-        (ids.len(), ids.len()),
-        "the same work for each"
-    );
+    assert_eq!(claimed, [n; 3], "the same work for each");
+    let per_claim = |side: usize| total[side] / n as u32;
     rows.push(
         Row::new(
-            format!("claim ({kind}), {} in one pass", names.len()),
-            Some(floor_claim),
-            Some(sb_claim),
+            format!("claim ({kind}), {per} per pass, {rounds} passes"),
+            Some(per_claim(0)),
+            Some(per_claim(1)),
         )
-            .peer("maildir list+move+read", Some(md_claim_read))
-            .peer(
-                "dirq lock+get+remove (no fsync)",
-                if durable { None } else { dq.map(|d| d.claim) },
-            )
-            .note(format!(
-                "{}; maildir's bare move_new_to_cur (no read): {}",
-                if durable {
-                    "floor: list, rename, read, fsync both dirs per 64 claims; sigbox also appends its handling record (+1 fdatasync each); maildir does not fsync"
-                } else {
-                    "floor: list, rename, read; sigbox also appends its handling record"
-                },
-                fmt(md_move)
-            )),
+        .peer("maildir list+move+read", Some(per_claim(2)))
+        .peer(
+            "dirq lock+get+remove (no fsync)",
+            if durable { None } else { dq.map(|d| d.claim) },
+        )
+        .note(if durable {
+            "floor: list, rename, read, then fsync both dirs once per pass; sigbox also appends its handling record (+1 fdatasync each); maildir does not fsync; passes interleaved"
+        } else {
+            "floor: list, rename, read; sigbox also parses the signal and appends its handling record; passes interleaved"
+        }),
     );
     if durable {
         // A checkpoint usually finds one signal: one claim per pass, beside the floor's
         // rename + fsync of both directories + read of one file.
+        let fl = &fls[0];
+        let mut k = 0usize;
         let floor_one = median_with(
             100,
             || {
@@ -617,13 +638,13 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
         );
         let relaxed = MailboxOptions::new()
             .durability(Durability::RelaxedNoFsync)
-            .open(dir.join("signals"))
+            .open(dir.join("signals0"))
             .unwrap();
         let sb_one = median_with(
             100,
             || relaxed.send(&to("Executor")).unwrap(),
             |_| {
-                assert_eq!(mb.pass("Executor", None).unwrap().delivered.len(), 1);
+                assert_eq!(mbs[0].pass("Executor", None).unwrap().delivered.len(), 1);
             },
         );
         rows.push(
