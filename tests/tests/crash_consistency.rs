@@ -648,25 +648,18 @@ fn claims_of_a_pass_commit_together() {
     }
 }
 
-/// Crash at every effect of a pass over 66 signals (two groups: 64, then 2): each signal is
-/// delivered exactly once, counting what the pass handed over and what passes after the crash
-/// deliver; none is lost, none is handed over before its group is durable.
-#[test]
-fn crash_during_groups_of_claims() {
-    let ids = std::sync::Mutex::new(Vec::<String>::new());
+/// Crashes an Executor pass at every effect, over the signals `prepare` leaves (it returns
+/// their ids): each is delivered exactly once, counting what the pass handed over and what
+/// passes after the crash deliver. Returns the number of crash states and the set of how many
+/// signals the crashed pass handed over.
+fn crash_executor_pass(prepare: &dyn Fn(&Mailbox) -> Vec<String>) -> (usize, BTreeSet<usize>) {
+    let ids = std::sync::Mutex::new(BTreeSet::<String>::new());
     let handed = std::sync::Mutex::new(Vec::<String>::new());
+    let sizes = std::sync::Mutex::new(BTreeSet::new());
     let states = enumerate_tree(
         &|t| {
             let mb = opts().init(t).unwrap();
-            let mut ids = ids.lock().unwrap();
-            for i in 0..66 {
-                ids.push(send(
-                    &mb,
-                    SignalType::Info,
-                    agent("Executor"),
-                    &format!("g{i}"),
-                ));
-            }
+            ids.lock().unwrap().extend(prepare(&mb));
         },
         &|w, rec| {
             let mb = opts().hook(rec).open(w).unwrap();
@@ -691,18 +684,39 @@ fn crash_during_groups_of_claims() {
                     "crash at {n}: {id} delivered twice"
                 );
             }
-            let all: BTreeSet<String> = ids.lock().unwrap().iter().cloned().collect();
-            assert_eq!(seen, all, "crash at {n}: lost or unexpected signals");
-            // Handed over only in whole groups, oldest first.
-            assert!(
-                h.is_empty() || h.len() == 64 || h.len() == 66,
-                "crash at {n}: {} handed over",
-                h.len()
+            assert_eq!(
+                seen,
+                *ids.lock().unwrap(),
+                "crash at {n}: lost or unexpected signals"
             );
+            sizes.lock().unwrap().insert(h.len());
         },
     );
+    (states, sizes.into_inner().unwrap())
+}
+
+fn send_executor(mb: &Mailbox, prefix: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            send(
+                mb,
+                SignalType::Info,
+                agent("Executor"),
+                &format!("{prefix}{i}"),
+            )
+        })
+        .collect()
+}
+
+/// Crash at every effect of a pass over 66 signals (two groups: 64, then 2): none is lost,
+/// none is handed over before its group is durable.
+#[test]
+fn crash_during_groups_of_claims() {
+    let (states, sizes) = crash_executor_pass(&|mb| send_executor(mb, "g", 66));
     eprintln!("groups of claims: {states} crash states checked");
     assert!(states >= 66 * 3);
+    // Handed over only in whole groups, oldest first.
+    assert_eq!(sizes, BTreeSet::from([0, 64, 66]));
 }
 
 #[test]
@@ -710,62 +724,14 @@ fn crash_during_a_group_from_a_buffer_and_inputs() {
     // One pass claims from two source directories: the agent's buffer (older signals) and
     // inputs/. The commit syncs processed/, then the buffer, then inputs/: a crash between the
     // two leaves the buffered claims durable, and they must have been handed over.
-    let ids = std::sync::Mutex::new(Vec::<String>::new());
-    let handed = std::sync::Mutex::new(Vec::<String>::new());
-    let mut sizes = BTreeSet::new();
-    let sizes_seen = std::sync::Mutex::new(&mut sizes);
-    let states = enumerate_tree(
-        &|t| {
-            let mb = opts().init(t).unwrap();
-            let mut ids = ids.lock().unwrap();
-            for i in 0..3 {
-                ids.push(send(
-                    &mb,
-                    SignalType::Info,
-                    agent("Executor"),
-                    &format!("b{i}"),
-                ));
-            }
-            // Executor holds no presence lock: the orchestrator buffers the three.
-            let p = mb.pass("Orchestrator", None).unwrap();
-            assert_eq!(p.buffered.len(), 3);
-            for i in 0..3 {
-                ids.push(send(
-                    &mb,
-                    SignalType::Info,
-                    agent("Executor"),
-                    &format!("i{i}"),
-                ));
-            }
-        },
-        &|w, rec| {
-            let mb = opts().hook(rec).open(w).unwrap();
-            let mut h = handed.lock().unwrap();
-            h.clear();
-            match mb.pass("Executor", None) {
-                Ok(p) => {
-                    h.extend(p.delivered.iter().map(|s| s.id.clone()));
-                    p.interrupted.is_none()
-                }
-                Err(_) => false,
-            }
-        },
-        &|c, n, _| {
-            let (after, rejected) = drain(c);
-            assert!(rejected.is_empty(), "crash at {n}: {rejected:?}");
-            let mut seen = BTreeSet::new();
-            let h = handed.lock().unwrap();
-            for id in h.iter().chain(after.iter().map(|(_, id)| id)) {
-                assert!(
-                    seen.insert(id.clone()),
-                    "crash at {n}: {id} delivered twice"
-                );
-            }
-            let all: BTreeSet<String> = ids.lock().unwrap().iter().cloned().collect();
-            assert_eq!(seen, all, "crash at {n}: lost or unexpected signals");
-            sizes_seen.lock().unwrap().insert(h.len());
-        },
-    );
+    let (states, sizes) = crash_executor_pass(&|mb| {
+        let mut ids = send_executor(mb, "b", 3);
+        // Executor holds no presence lock: the orchestrator buffers the three.
+        let p = mb.pass("Orchestrator", None).unwrap();
+        assert_eq!(p.buffered.len(), 3);
+        ids.extend(send_executor(mb, "i", 3));
+        ids
+    });
     eprintln!("group from a buffer and inputs/: {states} crash states checked");
     // Nothing, the buffered three (inputs/ not synced yet), or all six.
     assert_eq!(sizes, BTreeSet::from([0, 3, 6]));
