@@ -110,13 +110,23 @@ pub fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(1e-12)
 }
 
+/// The `k`-th name a floor uses, shaped like sigbox's: `(staging name, signal name)`. The
+/// floors do the same filesystem work as sigbox, name lengths included (a directory entry's
+/// size and its hash depend on the name).
+pub fn floor_names(k: usize) -> (String, String) {
+    (
+        format!("{}.{k:016x}.send.tmp", std::process::id()),
+        format!(
+            "signal.20261122T101500.{:06}Z.{:032x}.INFO.Executor.json",
+            k % 1_000_000,
+            k
+        ),
+    )
+}
+
 /// A canonical file for the Executor, staged in `tmp/`, ready to be renamed into `inputs/`.
 fn stage(root: &Path, k: usize) -> (PathBuf, PathBuf) {
-    let name = format!(
-        "signal.20261122T101500.{:06}Z.{:032x}.INFO.Executor.json",
-        k % 1_000_000,
-        k
-    );
+    let (_, name) = floor_names(k);
     let tmp = root.join("tmp").join(&name);
     fs::write(
         &tmp,

@@ -87,14 +87,15 @@ fn main() {
     fs::create_dir_all(floor_dir.join("inputs")).unwrap();
     let body = br#"{"id":"x","type":"STEER","target":"Executor","message":"m","created_at":"2026-11-22T10:15:00.123456Z"}
 "#;
-    let mut k = 0u64;
+    let mut k = 0usize;
     let (base, sb) = paired(
         300,
         20,
         || {
             k += 1;
-            let t = floor_dir.join(format!("tmp/{k}.tmp"));
-            let d = floor_dir.join(format!("inputs/{k}.json"));
+            let (stage, name) = sigbox_bench::floor_names(k);
+            let t = floor_dir.join("tmp").join(stage);
+            let d = floor_dir.join("inputs").join(name);
             let mut f = File::create_new(&t).unwrap();
             f.write_all(body).unwrap();
             f.sync_all().unwrap();
