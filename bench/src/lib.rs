@@ -180,7 +180,12 @@ pub fn wait_latency(
         .unwrap();
     let mut bare = Vec::new();
     let mut sb = Vec::new();
-    for k in 0..rounds + 20 {
+    // Names never repeat within a process: a signal whose name and body match one already in
+    // processed/ is taken for an interrupted claim and finished as one (spec §9.6), a slower
+    // path than a claim.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    for i in 0..rounds + 20 {
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (from, to) = stage(&bare_root, k);
         while ev_rx.try_recv().is_ok() {}
         let t0 = Instant::now();
@@ -194,7 +199,7 @@ pub fn wait_latency(
         let s0 = Instant::now();
         fs::rename(&from, &to).unwrap();
         let s1 = done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        if k >= 20 {
+        if i >= 20 {
             bare.push(t1 - t0);
             sb.push(s1 - s0);
         }
