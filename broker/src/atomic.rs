@@ -137,6 +137,12 @@ fn parent(p: &Path) -> Result<&Path> {
 
 /// A staging name unique to this process and call.
 pub(crate) fn stage_name(dir: &Path, hint: &str) -> PathBuf {
-    let u = uuid::Uuid::now_v7().simple().to_string();
-    dir.join(format!("{}.{}.{}.tmp", std::process::id(), &u[16..], hint))
+    stage_name_from(dir, &uuid::Uuid::now_v7().simple().to_string(), hint)
+}
+
+/// A staging name from a UUID v7 the caller already made for this write (its last 16 hex
+/// digits: counter and random bits), so that a send draws random bits once.
+pub(crate) fn stage_name_from(dir: &Path, uuid_hex: &str, hint: &str) -> PathBuf {
+    let tail = uuid_hex.get(16..).unwrap_or(uuid_hex);
+    dir.join(format!("{}.{}.{}.tmp", std::process::id(), tail, hint))
 }

@@ -584,7 +584,7 @@ impl Mailbox {
         let mut bytes = serde_json::to_vec(&Value::Object(body)).expect("a JSON map serializes");
         bytes.push(b'\n');
         let dest = self.inputs.join(&file);
-        let stage = atomic::stage_name(&self.tmp, "send");
+        let stage = atomic::stage_name_from(&self.tmp, &unique, "send");
         match atomic::write_atomic(&self.io, &stage, &dest, &bytes, Clobber::No)? {
             Placed::Done => {
                 tracing::debug!(%id, "sent");
