@@ -28,29 +28,25 @@ pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
 /// Opens a file for reading without following a final symlink, without blocking on a FIFO and
 /// without ever making a terminal the controlling one.
 pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(File::from(fd))
+    open_untrusted(path, OFlags::RDONLY)
 }
 
 /// [`open_nofollow`], read-write and appending: one descriptor to read a claimed file and then
 /// append its handling record. A directory fails here with `EISDIR`; callers fall back to
 /// [`open_nofollow`] on any failure but `ENOENT`.
 pub(crate) fn open_read_append(path: &Path) -> io::Result<File> {
-    let fd = rustix::fs::open(
+    open_untrusted(path, OFlags::RDWR | OFlags::APPEND)
+}
+
+/// Opens a file in a directory strangers write to, with `access` and the flags that make that
+/// safe: no symlink followed, no blocking on a FIFO, no controlling terminal.
+fn open_untrusted(path: &Path, access: OFlags) -> io::Result<File> {
+    let flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::open(
         path,
-        OFlags::RDWR
-            | OFlags::APPEND
-            | OFlags::NOFOLLOW
-            | OFlags::NONBLOCK
-            | OFlags::NOCTTY
-            | OFlags::CLOEXEC,
+        access | flags,
         Mode::empty(),
-    )?;
-    Ok(File::from(fd))
+    )?))
 }
 
 /// Opens an existing file for appending, without following a final symlink.
