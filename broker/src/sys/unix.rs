@@ -74,8 +74,6 @@ pub(crate) fn list_dir(
 
     use rustix::fs::{AtFlags, FileType, RawDir, statat};
 
-    use crate::io::EntryKind;
-
     let fd = rustix::fs::open(
         dir,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK | OFlags::CLOEXEC,
@@ -89,23 +87,35 @@ pub(crate) fn list_dir(
         if matches!(name.to_bytes(), b"." | b"..") {
             continue;
         }
-        let ft = match entry.file_type() {
-            FileType::Unknown => match statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => FileType::from_raw_mode(st.st_mode),
-                // Vanished between readdir and stat: let the caller see it gone later.
-                Err(_) => FileType::RegularFile,
-            },
-            ft => ft,
-        };
-        let kind = match ft {
-            FileType::RegularFile => EntryKind::File,
-            FileType::Directory => EntryKind::Dir,
-            FileType::Symlink => EntryKind::Symlink,
-            _ => EntryKind::Special,
-        };
+        let kind = kind_of(entry.file_type(), || {
+            statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map(|st| FileType::from_raw_mode(st.st_mode))
+        });
         each(OsStr::from_bytes(name.to_bytes()).to_os_string(), kind);
     }
     Ok(())
+}
+
+/// An entry's kind from its `d_type`, or from `lstat` (`stat`) where the filesystem left it
+/// unknown.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn kind_of(
+    d_type: rustix::fs::FileType,
+    stat: impl FnOnce() -> rustix::io::Result<rustix::fs::FileType>,
+) -> crate::io::EntryKind {
+    use crate::io::EntryKind;
+    use rustix::fs::FileType;
+    let ft = match d_type {
+        // Vanished between readdir and stat: let the caller see it gone later.
+        FileType::Unknown => stat().unwrap_or(FileType::RegularFile),
+        ft => ft,
+    };
+    match ft {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Dir,
+        FileType::Symlink => EntryKind::Symlink,
+        _ => EntryKind::Special,
+    }
 }
 
 /// Lists a directory: each entry's name and kind.
@@ -238,4 +248,65 @@ pub(crate) fn is_shared_dir(path: &Path) -> bool {
 /// True for "permission denied".
 pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use super::*;
+    use crate::io::EntryKind;
+    use rustix::fs::FileType;
+
+    #[test]
+    fn an_unknown_d_type_is_settled_by_lstat() {
+        let never = || -> rustix::io::Result<FileType> { panic!("d_type was known") };
+        assert_eq!(kind_of(FileType::RegularFile, never), EntryKind::File);
+        assert_eq!(kind_of(FileType::Symlink, never), EntryKind::Symlink);
+        assert_eq!(kind_of(FileType::Fifo, never), EntryKind::Special);
+        assert_eq!(
+            kind_of(FileType::Unknown, || Ok(FileType::Directory)),
+            EntryKind::Dir
+        );
+        assert_eq!(
+            kind_of(FileType::Unknown, || Ok(FileType::Socket)),
+            EntryKind::Special
+        );
+        // Gone before the lstat: listed as a file, found gone when it is read.
+        assert_eq!(
+            kind_of(FileType::Unknown, || Err(rustix::io::Errno::NOENT)),
+            EntryKind::File
+        );
+    }
+
+    #[test]
+    fn a_listing_gives_every_entry_with_its_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("f.json"), b"{}").unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        std::os::unix::fs::symlink("f.json", d.join("l.json")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            d.join("p.json"),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        // More names than one 32 KiB getdents buffer holds.
+        for i in 0..2000 {
+            std::fs::write(d.join(format!("signal.{i:0>200}.json")), b"").unwrap();
+        }
+        let mut got = std::collections::BTreeMap::new();
+        list_dir(d, |name, kind| {
+            assert!(got.insert(name, kind).is_none(), "listed twice");
+        })
+        .unwrap();
+        assert_eq!(got.len(), 2004);
+        assert_eq!(got[std::ffi::OsStr::new("f.json")], EntryKind::File);
+        assert_eq!(got[std::ffi::OsStr::new("sub")], EntryKind::Dir);
+        assert_eq!(got[std::ffi::OsStr::new("l.json")], EntryKind::Symlink);
+        assert_eq!(got[std::ffi::OsStr::new("p.json")], EntryKind::Special);
+        assert!(!got.contains_key(std::ffi::OsStr::new(".")));
+        assert!(!got.contains_key(std::ffi::OsStr::new("..")));
+    }
 }
