@@ -1238,7 +1238,11 @@ impl Mailbox {
                 Claimed::Lost => return Ok(None),
                 Claimed::Won => {
                     return Ok(match result.flatten() {
-                        Some(Ok(sig)) => Some(sig),
+                        Some(Ok(mut sig)) => {
+                            // The handling metadata just appended, in the delivered record too.
+                            sig.fields.extend(extra);
+                            Some(sig)
+                        }
                         Some(Err(rej)) => {
                             pass.rejected.push(rej);
                             None
@@ -1281,7 +1285,11 @@ impl Mailbox {
                         self.io.sync_dir(&self.processed)?;
                         self.io.sync_dir(dir)?;
                         return Ok(match r {
-                            Some(Ok(sig)) => Some(sig),
+                            Some(Ok(mut sig)) => {
+                                // The handling metadata just appended, in the delivered record too.
+                                sig.fields.extend(extra);
+                                Some(sig)
+                            }
                             Some(Err(rej)) => {
                                 pass.rejected.push(rej);
                                 None
@@ -1352,7 +1360,7 @@ impl Mailbox {
                     Signal::from_body(body, name::signal_id(&fname), dest)
                         .map_err(|e| e.reason().to_string())
                 }) {
-                    Ok(mut sig) => {
+                    Ok(sig) => {
                         // Appended in place, as upstream does: a claim allocates and frees no
                         // inode (on ext4, creating files right after frees is slow, and that
                         // would slow producers too).
@@ -1383,9 +1391,6 @@ impl Mailbox {
                                 tracing::warn!(file = %dest.display(), "cannot annotate the claimed file (permission denied); the claim stands");
                             }
                             Err(e) => return Err(e),
-                        }
-                        for (k, v) in extra {
-                            sig.fields.insert(k.clone(), v.clone());
                         }
                         return Ok(Some(Ok(sig)));
                     }

@@ -195,6 +195,11 @@ pub(crate) fn parse_body(bytes: &[u8], format: Format) -> std::result::Result<Bo
         Format::Json => serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?,
         Format::Yaml => parse_yaml(text)?,
     };
+    body_of(value)
+}
+
+/// The [`Body`] of a parsed document.
+fn body_of(value: Value) -> std::result::Result<Body, String> {
     let Value::Object(fields) = value else {
         return Err("the document is not a mapping of fields".into());
     };
@@ -232,14 +237,13 @@ pub(crate) const YAML_HANDLING_MARKER: &str = "\nhandling_metadata:";
 pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<Body, String> {
     match format {
         Format::Json => {
+            // The first document is the signal (parsed once); the rest are handling blocks.
             let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
-            match stream.next() {
-                Some(Ok(_)) => {}
+            let mut body = match stream.next() {
+                Some(Ok(head)) => body_of(head)?,
                 Some(Err(e)) => return Err(format!("invalid JSON: {e}")),
                 None => return Err("empty file".into()),
-            }
-            let head_len = stream.byte_offset();
-            let mut body = parse_body(&bytes[..head_len], Format::Json)?;
+            };
             for tail in stream {
                 match tail {
                     Ok(Value::Object(extra)) => body.fields.extend(extra),

@@ -612,6 +612,11 @@ fn claims_of_a_pass_commit_together() {
         let pass = mb.pass("Executor", None).unwrap();
         let got: Vec<String> = pass.delivered.iter().map(|s| s.id.clone()).collect();
         assert_eq!(got, ids, "every signal, in FIFO order");
+        for s in &pass.delivered {
+            // A delivered signal carries the handling block appended to its record.
+            assert_eq!(s.fields["handling_metadata"]["handled_by"], "Executor");
+            assert_eq!(s.fields["handling_metadata"]["action_taken"], "delivered");
+        }
         let ops = rec.ops();
         let processed = tmp.path().join("processed");
         let inputs = tmp.path().join("inputs");
