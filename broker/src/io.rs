@@ -532,4 +532,34 @@ mod tests {
         let (r, file) = io.read_claimed(&dir.path().join("gone"), 1 << 20).unwrap();
         assert!(matches!(r, Read_::Gone) && file.is_none());
     }
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reads_leave_the_access_time_alone() {
+        use std::time::{Duration, SystemTime};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.json");
+        fs::write(&p, b"{\"type\":\"INFO\"}\n").unwrap();
+        let old = SystemTime::UNIX_EPOCH + Duration::from_secs(946_684_800);
+        let backdate = || {
+            let f = File::options().write(true).open(&p).unwrap();
+            f.set_times(fs::FileTimes::new().set_accessed(old)).unwrap();
+        };
+        let atime = || fs::metadata(&p).unwrap().accessed().unwrap();
+        // The control: under `relatime` an access time older than the modification time is
+        // updated by the next read. A filesystem mounted `noatime` never does: nothing to test.
+        backdate();
+        fs::read(&p).unwrap();
+        if atime() == old {
+            eprintln!("skipped: this filesystem does not record access times");
+            return;
+        }
+        let io = Io::new(Durability::RelaxedNoFsync, None);
+        backdate();
+        bytes(io.read_untrusted(&p, 1 << 20).unwrap());
+        assert_eq!(atime(), old, "read_untrusted");
+        let (r, file) = io.read_claimed(&p, 1 << 20).unwrap();
+        bytes(r);
+        assert!(file.is_some());
+        assert_eq!(atime(), old, "read_claimed");
+    }
 }
