@@ -1061,16 +1061,15 @@ impl Mailbox {
         routed.and(committed)
     }
 
-    /// Makes the batch's claims durable (group commit): fdatasync each appended handling
-    /// block, then `processed/`, then each source directory. A claim is durable once its
-    /// source directory is synced: when the commit then fails on another directory, the
-    /// claims already durable are still handed over.
+    /// Makes the batch's claims durable (group commit): fdatasync every appended handling
+    /// block and fsync `processed/`, all in flight together, then each source directory. A
+    /// claim is durable once its source directory is synced: when the commit then fails on
+    /// another directory, the claims already durable are still handed over.
     fn commit(&self, batch: &mut Batch) -> Result<()> {
         if batch.claims > 0 {
-            for (path, file) in std::mem::take(&mut batch.files) {
-                self.io.sync_data(&file, &path)?;
-            }
-            self.io.sync_dir(&self.processed)?;
+            // Closed when the syncs are done, whatever their outcome.
+            let files = std::mem::take(&mut batch.files);
+            self.io.sync_together(&files, &self.processed)?;
             while let Some(dir) = batch.dirs.first() {
                 self.io.sync_dir(dir)?;
                 for (_, pending) in &mut batch.signals[batch.durable..] {
