@@ -1222,6 +1222,14 @@ impl Mailbox {
                     if r.0 == Claimed::Won {
                         b.claims += 1;
                         b.added += 1;
+                        // A buffered signal left inputs/ by the orchestrator's move, whose
+                        // fsync of inputs/ may not have happened yet (it died in between, or
+                        // has not got there). Until that removal is durable, a power loss can
+                        // bring the signal back to inputs/, to be buffered and delivered again:
+                        // inputs/ is synced before the buffer, so before the hand-over.
+                        if dir != self.inputs && !b.dirs.contains(&self.inputs) {
+                            b.dirs.push(self.inputs.clone());
+                        }
                         if !b.dirs.iter().any(|d| d == dir) {
                             b.dirs.push(dir.to_path_buf());
                         }

@@ -727,8 +727,9 @@ fn crash_during_groups_of_claims() {
 #[test]
 fn crash_during_a_group_from_a_buffer_and_inputs() {
     // One pass claims from two source directories: the agent's buffer (older signals) and
-    // inputs/. The commit syncs processed/, then the buffer, then inputs/: a crash between the
-    // two leaves the buffered claims durable, and they must have been handed over.
+    // inputs/. The commit syncs processed/, then inputs/, then the buffer (inputs/ first: see
+    // a_buffered_signal_claimed_before_a_power_loss_is_not_delivered_again): a crash between
+    // the two leaves the claims from inputs/ durable, and they must have been handed over.
     let (states, sizes) = crash_executor_pass(&|mb| {
         let mut ids = send_executor(mb, "b", 3);
         // Executor holds no presence lock: the orchestrator buffers the three.
@@ -738,6 +739,86 @@ fn crash_during_a_group_from_a_buffer_and_inputs() {
         ids
     });
     eprintln!("group from a buffer and inputs/: {states} crash states checked");
-    // Nothing, the buffered three (inputs/ not synced yet), or all six.
+    // Nothing, the three from inputs/ (the buffer not synced yet), or all six.
     assert_eq!(sizes, BTreeSet::from([0, 3, 6]));
+}
+
+/// A hook that records into a shared [`Recorder`] and fails one directory's fsync: the moment
+/// a process dies between two fsyncs, while other processes go on.
+struct DiesBeforeSyncing {
+    rec: Arc<Recorder>,
+    dir: std::path::PathBuf,
+}
+
+impl sigbox::FsHook for DiesBeforeSyncing {
+    fn before(&self, op: &sigbox::FsOp<'_>) -> std::io::Result<()> {
+        if matches!(op, sigbox::FsOp::SyncDir(d) if *d == self.dir) {
+            return Err(std::io::Error::other("the process died here"));
+        }
+        self.rec.before(op)
+    }
+
+    fn after(&self, op: &sigbox::FsOp<'_>, ok: bool) {
+        self.rec.after(op, ok);
+    }
+}
+
+#[test]
+fn a_buffered_signal_claimed_before_a_power_loss_is_not_delivered_again() {
+    // The orchestrator moves a signal into an absent agent's buffer and syncs the buffer, but
+    // dies before syncing inputs/. The agent starts at once, claims the signal from its buffer
+    // and acts on it. Then the power fails: on a filesystem whose renames are not atomic
+    // across directories, inputs/ may come back as of its last fsync, still holding the
+    // signal. The agent must not receive it a second time.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("t");
+    let id = {
+        let mb = opts().init(&root).unwrap();
+        send(&mb, SignalType::Steer, agent("Executor"), "once")
+    };
+    let mut model = Model::snapshot(&root);
+    let rec = Arc::new(Recorder::new());
+    let orch = opts()
+        .hook(Arc::new(DiesBeforeSyncing {
+            rec: rec.clone(),
+            dir: root.join("inputs"),
+        }))
+        .open(&root)
+        .unwrap();
+    assert!(
+        orch.pass("Orchestrator", None).is_err(),
+        "died at the fsync"
+    );
+    assert!(
+        root.join("buffered/Executor")
+            .join(format!("{id}.json"))
+            .exists()
+    );
+    let exec = opts().hook(rec.clone()).open(&root).unwrap();
+    let first = exec.pass("Executor", None).unwrap();
+    assert_eq!(first.delivered.len(), 1);
+    assert_eq!(first.delivered[0].id, id);
+
+    for o in rec.ops() {
+        model.apply(&o);
+    }
+    let after = tmp.path().join("after");
+    model.durable(&after);
+    let mut again = Vec::new();
+    for _ in 0..2 {
+        for a in ["Orchestrator", "Executor"] {
+            let mb = opts().open(&after).unwrap();
+            again.extend(
+                mb.pass(a, None)
+                    .unwrap()
+                    .delivered
+                    .into_iter()
+                    .map(|s| s.id),
+            );
+        }
+    }
+    assert!(
+        again.is_empty(),
+        "delivered again after the power loss: {again:?}"
+    );
 }
