@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -287,11 +287,7 @@ impl Io {
     /// a thread cannot be spawned, the ones running do its share). A failure poisons the
     /// handle, so the fsyncs not yet started are refused; the error returned is the first real
     /// failure in `files` order, then `dir`, rather than a refusal that followed it.
-    pub(crate) fn sync_together(
-        &self,
-        files: &[(std::path::PathBuf, File)],
-        dir: &Path,
-    ) -> Result<()> {
+    pub(crate) fn sync_together(&self, files: &[(PathBuf, File)], dir: &Path) -> Result<()> {
         let jobs = files.len() + 1;
         let job = |i: usize| match files.get(i) {
             Some((path, file)) => self.sync_data(file, path),
@@ -598,6 +594,7 @@ mod tests {
         let (r, file) = io.read_claimed(&dir.path().join("gone"), 1 << 20).unwrap();
         assert!(matches!(r, Read_::Gone) && file.is_none());
     }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn reads_leave_the_access_time_alone() {
@@ -631,8 +628,8 @@ mod tests {
 
     /// A hook that records which thread synced what, and fails the syncs of `fail`.
     struct Syncs {
-        seen: std::sync::Mutex<Vec<(std::path::PathBuf, std::thread::ThreadId)>>,
-        fail: Vec<std::path::PathBuf>,
+        seen: std::sync::Mutex<Vec<(PathBuf, std::thread::ThreadId)>>,
+        fail: Vec<PathBuf>,
     }
 
     impl FsHook for Syncs {
@@ -654,15 +651,15 @@ mod tests {
     }
 
     #[test]
-    fn a_group_of_syncs_is_in_flight_together_and_every_one_is_attempted() {
+    fn a_group_of_syncs_is_in_flight_together_and_a_failure_is_reported() {
         let dir = tempfile::tempdir().unwrap();
-        let files: Vec<(std::path::PathBuf, File)> = (0..8)
+        let files: Vec<(PathBuf, File)> = (0..8)
             .map(|i| {
                 let p = dir.path().join(format!("f{i}"));
                 (p.clone(), File::create(&p).unwrap())
             })
             .collect();
-        let names = |seen: &[(std::path::PathBuf, std::thread::ThreadId)]| {
+        let names = |seen: &[(PathBuf, std::thread::ThreadId)]| {
             let mut v: Vec<_> = seen.iter().map(|(p, _)| p.clone()).collect();
             v.sort();
             v

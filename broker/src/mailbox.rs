@@ -266,7 +266,8 @@ const GROUP_COMMIT: usize = 64;
 struct Batch {
     /// Appended handling blocks, to fdatasync.
     files: Vec<(PathBuf, File)>,
-    /// Source directories of the claims, to fsync after `processed/`.
+    /// Directories to fsync after `processed/`, in order: the claims' source directories,
+    /// with `inputs/` before any buffer (spec/mailbox.md §9.2).
     dirs: Vec<PathBuf>,
     /// Claims since the last commit.
     claims: usize,
@@ -1062,9 +1063,10 @@ impl Mailbox {
     }
 
     /// Makes the batch's claims durable (group commit): fdatasync every appended handling
-    /// block and fsync `processed/`, all in flight together, then each source directory. A
-    /// claim is durable once its source directory is synced: when the commit then fails on
-    /// another directory, the claims already durable are still handed over.
+    /// block and fsync `processed/`, all in flight together, then each directory of
+    /// `batch.dirs` in order (`inputs/` before a buffer). A claim is durable once its source
+    /// directory is synced: when the commit then fails on another directory, the claims
+    /// already durable are still handed over.
     fn commit(&self, batch: &mut Batch) -> Result<()> {
         if batch.claims > 0 {
             // Closed when the syncs are done, whatever their outcome.

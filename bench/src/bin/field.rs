@@ -187,6 +187,16 @@ fn run_quiet(cmd: &mut Command) {
     assert!(st.success(), "{cmd:?} failed");
 }
 
+/// One `sigbox poll --as Executor` on `root`, a whole process.
+fn cli_poll(bin: &Path, root: &Path) {
+    run_quiet(
+        Command::new(bin)
+            .arg("--root")
+            .arg(root)
+            .args(["poll", "--as", "Executor"]),
+    );
+}
+
 fn fill(relaxed: &Mailbox, maildir: &maildir::Maildir, n: usize) {
     for i in 0..n {
         relaxed
@@ -265,14 +275,7 @@ fn main() {
         );
         if n == 1_000 {
             // The same poll through the CLI, a whole process, beside `ls`.
-            let cli = median(50, || {
-                run_quiet(
-                    Command::new(&bin)
-                        .arg("--root")
-                        .arg(&root)
-                        .args(["poll", "--as", "Executor"]),
-                );
-            });
+            let cli = median(50, || cli_poll(&bin, &root));
             rows.push(
                 Row::new(
                     "`sigbox poll`, whole process, 1000 pending for other agents",
@@ -398,14 +401,7 @@ fn main() {
     let cli_claim = median_with(
         50,
         || cli_relaxed.send(&to("Executor")).unwrap(),
-        |_| {
-            run_quiet(
-                Command::new(&bin)
-                    .arg("--root")
-                    .arg(&cli_root)
-                    .args(["poll", "--as", "Executor"]),
-            );
-        },
+        |_| cli_poll(&bin, &cli_root),
     );
     rows.push(
         Row::new(
