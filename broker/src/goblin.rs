@@ -4,14 +4,15 @@
 //! (staged as a dot-file beside the target, fsynced, renamed, directory fsynced).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
 use crate::atomic::{self, Clobber};
+use crate::clock::{self, DEFAULT_MAX_FILE_SIZE, Precision};
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{Durability, Io, Read_};
+use crate::io::{Io, IoOptions, ReadOutcome};
 
 /// The six Goblin signals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -305,28 +306,16 @@ impl std::fmt::Debug for Goblin {
     }
 }
 
-fn ns(t: SystemTime) -> i128 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128)
-}
-
-fn now_rfc3339() -> String {
-    Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
 impl Goblin {
     /// Opens the `.goblin/` directory of `worktree` (which must exist), creating `.goblin/` if
     /// needed. Settle window 1 s, size cap 1 MiB, durable writes.
     pub fn open(worktree: impl AsRef<Path>) -> Result<Goblin> {
-        Goblin::open_with_hook(worktree, None)
+        Goblin::open_with(worktree, &IoOptions::new())
     }
 
-    /// Like [`Goblin::open`], with a hook that sees every filesystem effect (for fault
-    /// injection and crash tests).
-    pub fn open_with_hook(
-        worktree: impl AsRef<Path>,
-        hook: Option<std::sync::Arc<dyn crate::FsHook>>,
-    ) -> Result<Goblin> {
+    /// Like [`Goblin::open`], with the seam's options: durability, and a hook that sees every
+    /// filesystem effect (for fault injection and crash tests).
+    pub fn open_with(worktree: impl AsRef<Path>, io: &IoOptions) -> Result<Goblin> {
         let worktree = worktree.as_ref();
         if !worktree.is_dir() {
             return Err(Error::new(
@@ -347,9 +336,9 @@ impl Goblin {
         }
         let g = Goblin {
             dir,
-            io: Io::new(Durability::Durable, hook),
+            io: Io::new(io),
             settle: Duration::from_secs(1),
-            max_size: 1024 * 1024,
+            max_size: DEFAULT_MAX_FILE_SIZE,
         };
         if !g.dir.is_dir() && g.io.create_dir(&g.dir)? {
             g.io.sync_dir(worktree)?;
@@ -379,7 +368,7 @@ impl Goblin {
             None => Vec::new(),
             Some(mut m) => {
                 m.entry("completed_at")
-                    .or_insert_with(|| json!(now_rfc3339()));
+                    .or_insert_with(|| json!(clock::now_rfc3339(Precision::Secs)));
                 signal
                     .validate(&m)
                     .map_err(|r| Error::new(ErrorKind::InvalidSignal, Some(&path), r))?;
@@ -408,28 +397,18 @@ impl Goblin {
             let Some(stamp) = self.io.stamp(&path)? else {
                 continue;
             };
-            let changed = stamp.mtime_ns.max(stamp.ctime_ns);
-            let settled_at = changed + self.settle.as_nanos() as i128;
-            let settling = ns(now) < settled_at;
-            let until = UNIX_EPOCH + Duration::from_nanos(settled_at.max(0) as u64);
+            let settling = clock::settling(&stamp, self.settle, now);
             let state = match self.io.read_untrusted(&path, self.max_size)? {
-                Read_::Gone => continue,
-                Read_::TooLarge(n) => {
-                    FileState::Invalid(format!("{n} bytes, over the {} byte cap", self.max_size))
-                }
-                Read_::NotRegular(what) => FileState::Invalid(format!("{what}, not a signal file")),
-                Read_::HardLinked(n) => FileState::Invalid(format!(
-                    "{n} hard links: it may be a link to a file outside the worktree"
-                )),
-                Read_::Unreadable(r) => FileState::Invalid(r),
-                Read_::Bytes(bytes, _) => match parse_payload(signal, &bytes) {
+                ReadOutcome::Gone => continue,
+                ReadOutcome::Bytes(bytes, _) => match (parse_payload(signal, &bytes), settling) {
                     // A complete JSON object can only come from a complete write: no prefix
                     // of a JSON object is itself one. Trust it at once.
-                    Ok(p @ Payload::Json(_)) => FileState::Ready(p),
-                    Ok(Payload::Empty) | Err(_) if settling => FileState::Settling(until),
-                    Ok(p) => FileState::Ready(p),
-                    Err(reason) => FileState::Invalid(reason),
+                    (Ok(p @ Payload::Json(_)), _) => FileState::Ready(p),
+                    (Ok(Payload::Empty) | Err(_), Some(until)) => FileState::Settling(until),
+                    (Ok(p), None) => FileState::Ready(p),
+                    (Err(reason), None) => FileState::Invalid(reason),
                 },
+                other => FileState::Invalid(other.rejection().unwrap_or_default()),
             };
             out.push(Observed {
                 signal,
@@ -471,8 +450,7 @@ impl Goblin {
 
     /// Persists the pipeline state (atomically).
     pub fn save_state(&self, st: PipelineState) -> Result<()> {
-        let body =
-            json!({"stage": st.stage.as_str(), "retries": st.retries, "updated_at": now_rfc3339()});
+        let body = json!({"stage": st.stage.as_str(), "retries": st.retries, "updated_at": clock::now_rfc3339(Precision::Secs)});
         let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
         bytes.push(b'\n');
         let stage = self.dir.join(format!(".state.tmp.{}", std::process::id()));

@@ -5,7 +5,6 @@
 //! faults, or freeze the filesystem at the n-th step to simulate a crash. Nothing else in the
 //! crate touches the filesystem for writing.
 
-use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -13,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys;
+use crate::sys::{self, Entry, Stamp};
 
 /// At most this many fsyncs in flight at once in [`Io::sync_together`] (a group commit holds
 /// at most 64 claims: one thread per fsync).
@@ -88,32 +87,85 @@ pub(crate) enum Renamed {
     DestExists,
 }
 
-/// Outcome of reading a file from the drop zone with all the checks applied.
+/// Outcome of reading a file from a directory strangers write to, with all the checks applied.
 #[derive(Debug)]
-pub(crate) enum Read_ {
-    Bytes(Vec<u8>, sys::Stamp),
+pub(crate) enum ReadOutcome {
+    /// The whole content, and the file's stamp (from the open descriptor).
+    Bytes(Vec<u8>, Stamp),
+    /// The file is gone: another process moved or removed it first.
     Gone,
-    TooLarge(u64),
+    /// Larger than the cap; not read.
+    TooLarge {
+        /// The file's size.
+        size: u64,
+        /// The cap it is over.
+        cap: u64,
+    },
+    /// A directory, FIFO, socket, device or symlink (what it is).
     NotRegular(&'static str),
+    /// More than one hard link (how many).
     HardLinked(u64),
     /// Opening or reading failed (permission denied, I/O error): a property of the file, so
     /// it is reported on the file rather than failing the whole pass.
     Unreadable(String),
 }
 
-/// A directory entry as listed, without a `stat` when the platform gives the type.
-#[derive(Debug)]
-pub(crate) struct Entry {
-    pub(crate) name: OsString,
-    pub(crate) kind: EntryKind,
+impl ReadOutcome {
+    /// Why the file can never be read as a signal, in the one wording every dialect uses;
+    /// `None` for content and for a file that is gone.
+    pub(crate) fn rejection(&self) -> Option<String> {
+        Some(match self {
+            ReadOutcome::Bytes(..) | ReadOutcome::Gone => return None,
+            ReadOutcome::TooLarge { size, cap } => {
+                format!("file is {size} bytes, over the {cap} byte cap")
+            }
+            ReadOutcome::NotRegular(what) => format!("{what}, not a signal file"),
+            ReadOutcome::HardLinked(n) => format!(
+                "file has {n} hard links: it may be a link to a file outside the root, so it is \
+                 not read"
+            ),
+            ReadOutcome::Unreadable(reason) => reason.clone(),
+        })
+    }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum EntryKind {
-    File,
-    Dir,
-    Symlink,
-    Special,
+/// How a handle's effects reach the disk: the one set of seam options that the mailbox, Goblin
+/// and mux handles all take, so a test arms a fault or a crash the same way for each.
+#[derive(Clone, Default)]
+pub struct IoOptions {
+    /// fsync or not. Default: [`Durability::Durable`].
+    pub durability: Durability,
+    /// Observes (and may fail) every filesystem effect; for fault-injection and crash tests.
+    /// Default: none.
+    pub hook: Option<Arc<dyn FsHook>>,
+}
+
+impl std::fmt::Debug for IoOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoOptions")
+            .field("durability", &self.durability)
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
+}
+
+impl IoOptions {
+    /// Durable, no hook.
+    pub fn new() -> IoOptions {
+        IoOptions::default()
+    }
+
+    /// Sets the durability. Default: [`Durability::Durable`].
+    pub fn durability(&mut self, d: Durability) -> &mut Self {
+        self.durability = d;
+        self
+    }
+
+    /// Sets the hook that sees every filesystem effect. Default: none.
+    pub fn hook(&mut self, hook: Arc<dyn FsHook>) -> &mut Self {
+        self.hook = Some(hook);
+        self
+    }
 }
 
 /// The seam. One per mailbox handle; it carries the durability mode, the hook and the poison flag.
@@ -127,10 +179,10 @@ pub(crate) struct Io {
 }
 
 impl Io {
-    pub(crate) fn new(durability: Durability, hook: Option<Arc<dyn FsHook>>) -> Io {
+    pub(crate) fn new(opts: &IoOptions) -> Io {
         Io {
-            durability,
-            hook,
+            durability: opts.durability,
+            hook: opts.hook.clone(),
             poisoned: AtomicBool::new(false),
             shared_modes: None,
         }
@@ -196,6 +248,34 @@ impl Io {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(false),
             Err(e) => Err(Error::io(path, "cannot create directory", e)),
         }
+    }
+
+    /// Creates `dir` and every missing ancestor, outermost first, each fsynced into its parent;
+    /// with `base`, only the ancestors strictly below `base` (which must exist). `Ok(false)`
+    /// when nothing was missing.
+    pub(crate) fn create_dir_all_synced(&self, dir: &Path, base: Option<&Path>) -> Result<bool> {
+        let mut missing = Vec::new();
+        let mut d = dir;
+        while !d.as_os_str().is_empty()
+            && !d.exists()
+            && base.is_none_or(|b| d.starts_with(b) && d != b)
+        {
+            missing.push(d);
+            match d.parent() {
+                Some(parent) => d = parent,
+                None => break,
+            }
+        }
+        let mut created = false;
+        for dir in missing.iter().rev() {
+            if self.create_dir(dir)? {
+                created = true;
+                if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    self.sync_dir(parent)?;
+                }
+            }
+        }
+        Ok(created)
     }
 
     /// Creates `path` exclusively, writes `data`, and (when durable) fsyncs it.
@@ -410,29 +490,33 @@ impl Io {
     /// Reads a file from a directory that strangers write to: never follows a symlink, never
     /// blocks on a FIFO, refuses anything but a regular file with one link, and reads at most
     /// `cap` bytes.
-    pub(crate) fn read_untrusted(&self, path: &Path, cap: u64) -> Result<Read_> {
+    pub(crate) fn read_untrusted(&self, path: &Path, cap: u64) -> Result<ReadOutcome> {
         let file = match sys::open_nofollow(path) {
             Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Read_::Gone),
-            Err(e) if is_symlink_error(&e) => return Ok(Read_::NotRegular("a symlink")),
-            Err(e) => return Ok(Read_::Unreadable(format!("cannot open: {e}"))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ReadOutcome::Gone),
+            Err(e) if is_symlink_error(&e) => return Ok(ReadOutcome::NotRegular("a symlink")),
+            Err(e) => return Ok(ReadOutcome::Unreadable(format!("cannot open: {e}"))),
         };
         Ok(read_checked(&file, cap))
     }
 
     /// [`Io::read_untrusted`] for a file this handle has just claimed (renamed into
     /// `processed/`), keeping one read-write descriptor open for its handling record
-    /// ([`Io::append_to`]). The descriptor comes back only with `Read_::Bytes`. When the file
+    /// ([`Io::append_to`]). The descriptor comes back only with `ReadOutcome::Bytes`. When the file
     /// cannot be opened for writing (another user's private file, anything not a regular
     /// file), it is read as [`Io::read_untrusted`] reads it, without a descriptor.
-    pub(crate) fn read_claimed(&self, path: &Path, cap: u64) -> Result<(Read_, Option<File>)> {
+    pub(crate) fn read_claimed(
+        &self,
+        path: &Path,
+        cap: u64,
+    ) -> Result<(ReadOutcome, Option<File>)> {
         let file = match sys::open_read_append(path) {
             Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Read_::Gone, None)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((ReadOutcome::Gone, None)),
             Err(_) => return Ok((self.read_untrusted(path, cap)?, None)),
         };
         let r = read_checked(&file, cap);
-        let keep = matches!(r, Read_::Bytes(..)).then_some(file);
+        let keep = matches!(r, ReadOutcome::Bytes(..)).then_some(file);
         Ok((r, keep))
     }
 
@@ -444,8 +528,8 @@ impl Io {
             .map_err(|e| Error::io(path, "cannot append", e))
     }
 
-    /// `lstat`, as a [`sys::Stamp`]; `None` when the file is gone.
-    pub(crate) fn stamp(&self, path: &Path) -> Result<Option<sys::Stamp>> {
+    /// `lstat`, as a [`Stamp`]; `None` when the file is gone.
+    pub(crate) fn stamp(&self, path: &Path) -> Result<Option<Stamp>> {
         match fs::symlink_metadata(path) {
             Ok(m) => Ok(Some(sys::stamp(&m))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -458,14 +542,14 @@ impl Io {
 /// with one `read` of its size plus one byte: a regular file's read stops at its end, so getting
 /// exactly the size proves the end was reached; anything else (it grew, shrank, or the read was
 /// cut short) reads on to the end, never past the cap.
-fn read_checked(mut file: &File, cap: u64) -> Read_ {
+fn read_checked(mut file: &File, cap: u64) -> ReadOutcome {
     let meta = match file.metadata() {
         Ok(m) => m,
-        Err(e) => return Read_::Unreadable(format!("cannot stat: {e}")),
+        Err(e) => return ReadOutcome::Unreadable(format!("cannot stat: {e}")),
     };
     let ft = meta.file_type();
     if !ft.is_file() {
-        return Read_::NotRegular(if ft.is_dir() {
+        return ReadOutcome::NotRegular(if ft.is_dir() {
             "a directory"
         } else {
             "a FIFO, socket or device"
@@ -473,10 +557,13 @@ fn read_checked(mut file: &File, cap: u64) -> Read_ {
     }
     let stamp = sys::stamp(&meta);
     if stamp.nlink > 1 {
-        return Read_::HardLinked(stamp.nlink);
+        return ReadOutcome::HardLinked(stamp.nlink);
     }
     if stamp.size > cap {
-        return Read_::TooLarge(stamp.size);
+        return ReadOutcome::TooLarge {
+            size: stamp.size,
+            cap,
+        };
     }
     let size = stamp.size as usize;
     let mut buf = vec![0; size + 1];
@@ -488,7 +575,7 @@ fn read_checked(mut file: &File, cap: u64) -> Read_ {
     };
     let n = match first {
         Ok(n) => n,
-        Err(e) => return Read_::Unreadable(format!("cannot read: {e}")),
+        Err(e) => return ReadOutcome::Unreadable(format!("cannot read: {e}")),
     };
     buf.truncate(n);
     if n != size
@@ -496,12 +583,15 @@ fn read_checked(mut file: &File, cap: u64) -> Read_ {
             .take((cap + 1).saturating_sub(n as u64))
             .read_to_end(&mut buf)
     {
-        return Read_::Unreadable(format!("cannot read: {e}"));
+        return ReadOutcome::Unreadable(format!("cannot read: {e}"));
     }
     if buf.len() as u64 > cap {
-        return Read_::TooLarge(buf.len() as u64);
+        return ReadOutcome::TooLarge {
+            size: buf.len() as u64,
+            cap,
+        };
     }
-    Read_::Bytes(buf, stamp)
+    ReadOutcome::Bytes(buf, stamp)
 }
 
 /// `rename` reports `ENOENT` both for a vanished source and a missing destination directory;
@@ -521,9 +611,9 @@ fn is_symlink_error(e: &io::Error) -> bool {
 mod tests {
     use super::*;
 
-    fn bytes(r: Read_) -> Vec<u8> {
+    fn bytes(r: ReadOutcome) -> Vec<u8> {
         match r {
-            Read_::Bytes(b, _) => b,
+            ReadOutcome::Bytes(b, _) => b,
             other => panic!("expected bytes, got {other:?}"),
         }
     }
@@ -539,7 +629,7 @@ mod tests {
             if len > 0 {
                 let over = read_checked(&File::open(&p).unwrap(), len as u64 - 1);
                 assert!(
-                    matches!(over, Read_::TooLarge(n) if n == len as u64),
+                    matches!(over, ReadOutcome::TooLarge { size, .. } if size == len as u64),
                     "{over:?}"
                 );
             }
@@ -554,7 +644,10 @@ mod tests {
         let read = |cap| read_checked(&File::open("/proc/self/status").unwrap(), cap);
         let all = bytes(read(1 << 20));
         assert!(all.starts_with(b"Name:") && all.ends_with(b"\n"), "{all:?}");
-        assert!(matches!(read(16), Read_::TooLarge(17)));
+        assert!(matches!(
+            read(16),
+            ReadOutcome::TooLarge { size: 17, cap: 16 }
+        ));
     }
 
     #[test]
@@ -562,7 +655,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s.json");
         fs::write(&p, b"{\"type\":\"INFO\"}\n").unwrap();
-        let io = Io::new(Durability::RelaxedNoFsync, None);
+        let io = Io::new(IoOptions::new().durability(Durability::RelaxedNoFsync));
         let (r, file) = io.read_claimed(&p, 1 << 20).unwrap();
         assert_eq!(bytes(r), b"{\"type\":\"INFO\"}\n");
         io.append_to(&file.unwrap(), &p, b"{\"h\":1}\n").unwrap();
@@ -571,13 +664,13 @@ mod tests {
         // Anything but a regular file comes back without a descriptor, as read_untrusted
         // reports it.
         let (r, file) = io.read_claimed(dir.path(), 1 << 20).unwrap();
-        assert!(matches!(r, Read_::NotRegular("a directory")) && file.is_none());
+        assert!(matches!(r, ReadOutcome::NotRegular("a directory")) && file.is_none());
         #[cfg(unix)]
         {
             let link = dir.path().join("l.json");
             std::os::unix::fs::symlink(&p, &link).unwrap();
             let (r, file) = io.read_claimed(&link, 1 << 20).unwrap();
-            assert!(matches!(r, Read_::NotRegular("a symlink")) && file.is_none());
+            assert!(matches!(r, ReadOutcome::NotRegular("a symlink")) && file.is_none());
             // A FIFO opens without blocking (no writer is waiting), and is never read.
             let fifo = dir.path().join("f.json");
             rustix::fs::mknodat(
@@ -589,10 +682,12 @@ mod tests {
             )
             .unwrap();
             let (r, file) = io.read_claimed(&fifo, 1 << 20).unwrap();
-            assert!(matches!(r, Read_::NotRegular("a FIFO, socket or device")) && file.is_none());
+            assert!(
+                matches!(r, ReadOutcome::NotRegular("a FIFO, socket or device")) && file.is_none()
+            );
         }
         let (r, file) = io.read_claimed(&dir.path().join("gone"), 1 << 20).unwrap();
-        assert!(matches!(r, Read_::Gone) && file.is_none());
+        assert!(matches!(r, ReadOutcome::Gone) && file.is_none());
     }
 
     #[cfg(target_os = "linux")]
@@ -616,7 +711,7 @@ mod tests {
             eprintln!("skipped: this filesystem does not record access times");
             return;
         }
-        let io = Io::new(Durability::RelaxedNoFsync, None);
+        let io = Io::new(IoOptions::new().durability(Durability::RelaxedNoFsync));
         backdate();
         bytes(io.read_untrusted(&p, 1 << 20).unwrap());
         assert_eq!(atime(), old, "read_untrusted");
@@ -672,7 +767,7 @@ mod tests {
             seen: Default::default(),
             fail: vec![],
         });
-        let io = Io::new(Durability::Durable, Some(hook.clone()));
+        let io = Io::new(IoOptions::new().hook(hook.clone()));
         io.sync_together(&files, dir.path()).unwrap();
         let seen = hook.seen.lock().unwrap().clone();
         assert_eq!(names(&seen), all, "each file and the directory, once");
@@ -685,7 +780,7 @@ mod tests {
             seen: Default::default(),
             fail: vec![files[5].0.clone()],
         });
-        let io = Io::new(Durability::Durable, Some(hook.clone()));
+        let io = Io::new(IoOptions::new().hook(hook.clone()));
         let err = io.sync_together(&files, dir.path()).unwrap_err();
         assert_eq!(err.path(), Some(files[5].0.as_path()), "{err}");
         assert_ne!(err.kind(), ErrorKind::Poisoned, "{err}");
@@ -696,7 +791,7 @@ mod tests {
             seen: Default::default(),
             fail: vec![],
         });
-        let io = Io::new(Durability::Durable, Some(hook.clone()));
+        let io = Io::new(IoOptions::new().hook(hook.clone()));
         io.sync_together(&files[..1], dir.path()).unwrap();
         let seen = hook.seen.lock().unwrap().clone();
         let me = std::thread::current().id();

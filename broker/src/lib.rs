@@ -27,6 +27,8 @@
 #![deny(missing_docs)]
 
 mod atomic;
+mod body;
+mod clock;
 mod doctor;
 mod error;
 pub mod flux;
@@ -40,9 +42,10 @@ pub mod pilot;
 mod signal;
 mod sys;
 
+pub use body::{Archived, Handling};
 pub use doctor::{Finding, Severity, diagnose};
 pub use error::{Error, ErrorKind, Result};
-pub use io::{Durability, FsHook, FsOp};
+pub use io::{Durability, FsHook, FsOp, IoOptions};
 pub use mailbox::{
     DEFAULT_QUORUM, Finished, LAYOUT, Mailbox, MailboxOptions, Pass, Pending, Presence, Rejection,
     SHARED_DIR_MODE, SHARED_FILE_MODE,

@@ -6,18 +6,22 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
+
+use crate::body::{self, Archived, Handled};
+use crate::clock::{self, DEFAULT_MAX_FILE_SIZE, Precision, next_micros, ns_of};
 use serde_json::{Map, Value, json};
 
 use crate::atomic::{self, Claimed, Clobber, Placed};
+use crate::body::Body;
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{Durability, EntryKind, FsHook, Io, Read_};
+use crate::io::{Durability, FsHook, Io, IoOptions, ReadOutcome};
 use crate::name::{self, Format, NameKind};
-use crate::signal::{self, Body, NewSignal, Signal, SignalType, Target};
+use crate::signal::{NewSignal, Signal, SignalType, Target};
+use crate::sys::EntryKind;
 use crate::sys::Stamp;
 
 /// The directories of a mailbox root, in the order `init` creates them.
@@ -40,9 +44,6 @@ pub const DEFAULT_QUORUM: [&str; 5] = [
     "Reviewer",
 ];
 
-/// Fields sigbox adds to archived files; they are not part of the signal.
-const HANDLING_KEYS: [&str; 3] = ["handling_metadata", "delivery_status", "unacked_agents"];
-
 /// Settings of a mailbox handle. Every setter names its default.
 #[derive(Clone)]
 pub struct MailboxOptions {
@@ -51,8 +52,7 @@ pub struct MailboxOptions {
     quorum: Vec<String>,
     approval_states: Vec<String>,
     orchestrator: String,
-    durability: Durability,
-    hook: Option<Arc<dyn FsHook>>,
+    io: IoOptions,
     shared: bool,
     reuse_listings: bool,
 }
@@ -67,12 +67,11 @@ impl Default for MailboxOptions {
     fn default() -> Self {
         MailboxOptions {
             settle: Duration::from_secs(2),
-            max_file_size: 1024 * 1024,
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
             quorum: DEFAULT_QUORUM.iter().map(|s| s.to_string()).collect(),
             approval_states: vec!["KNOWLEDGE_APPROVAL".to_string()],
             orchestrator: "Orchestrator".to_string(),
-            durability: Durability::Durable,
-            hook: None,
+            io: IoOptions::new(),
             shared: false,
             reuse_listings: true,
         }
@@ -87,8 +86,7 @@ impl std::fmt::Debug for MailboxOptions {
             .field("quorum", &self.quorum)
             .field("approval_states", &self.approval_states)
             .field("orchestrator", &self.orchestrator)
-            .field("durability", &self.durability)
-            .field("hook", &self.hook.is_some())
+            .field("io", &self.io)
             .field("shared", &self.shared)
             .field("reuse_listings", &self.reuse_listings)
             .finish()
@@ -140,13 +138,20 @@ impl MailboxOptions {
 
     /// fsync or not. Default: [`Durability::Durable`].
     pub fn durability(&mut self, d: Durability) -> &mut Self {
-        self.durability = d;
+        self.io.durability(d);
         self
     }
 
     /// Observes every filesystem effect; for fault-injection tests. Default: none.
     pub fn hook(&mut self, hook: Arc<dyn FsHook>) -> &mut Self {
-        self.hook = Some(hook);
+        self.io.hook(hook);
+        self
+    }
+
+    /// Sets durability and hook at once, as [`crate::goblin::Goblin::open_with`] and
+    /// [`crate::mux::write_signal_with`] take them. Default: durable, no hook.
+    pub fn io(&mut self, io: IoOptions) -> &mut Self {
+        self.io = io;
         self
     }
 
@@ -192,22 +197,7 @@ impl MailboxOptions {
         if self.shared {
             mb.io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
         }
-        let mut missing = Vec::new();
-        let mut p = mb.root.as_path();
-        while !p.as_os_str().is_empty() && !p.exists() {
-            missing.push(p.to_path_buf());
-            match p.parent() {
-                Some(parent) => p = parent,
-                None => break,
-            }
-        }
-        for dir in missing.iter().rev() {
-            if mb.io.create_dir(dir)?
-                && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty())
-            {
-                mb.io.sync_dir(parent)?;
-            }
-        }
+        mb.io.create_dir_all_synced(&mb.root, None)?;
         let mut created = false;
         for sub in LAYOUT {
             created |= mb.io.create_dir(&mb.root.join(sub))?;
@@ -366,8 +356,8 @@ pub struct Pending {
 pub struct Finished {
     /// The signal id.
     pub id: String,
-    /// `delivered` or `partial`.
-    pub status: &'static str,
+    /// Whether every quorum agent had acked.
+    pub status: Archived,
     /// Quorum agents that had not acked.
     pub unacked: Vec<String>,
 }
@@ -412,42 +402,8 @@ impl std::fmt::Debug for Mailbox {
     }
 }
 
-/// Microseconds since the epoch, strictly increasing within this process, so that one
-/// producer's signals keep their order even within one microsecond.
-fn next_micros() -> i64 {
-    static LAST: AtomicI64 = AtomicI64::new(0);
-    let now = Utc::now().timestamp_micros();
-    let mut last = LAST.load(Ordering::Relaxed);
-    loop {
-        let next = now.max(last + 1);
-        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return next,
-            Err(seen) => last = seen,
-        }
-    }
-}
-
-fn now_rfc3339() -> String {
-    Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true)
-}
-
 fn lossy(name: &OsStr) -> String {
     name.to_string_lossy().into_owned()
-}
-
-fn ns_of(t: SystemTime) -> i128 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_nanos() as i128,
-        Err(e) => -(e.duration().as_nanos() as i128),
-    }
-}
-
-fn time_of(ns: i128) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos((-ns) as u64)
-    }
 }
 
 impl Mailbox {
@@ -465,7 +421,7 @@ impl Mailbox {
         if opts.reuse_listings && crate::sys::is_remote_fs(root) {
             opts.reuse_listings = false;
         }
-        let mut io = Io::new(opts.durability, opts.hook.clone());
+        let mut io = Io::new(&opts.io);
         if crate::sys::is_shared_dir(root) {
             io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
         }
@@ -825,9 +781,7 @@ impl Mailbox {
     /// Time since the last change of an entry (lstat), as `Some(eligible_at)` while it is
     /// still inside the settle window.
     fn settling(&self, stamp: &Stamp, now: SystemTime) -> Option<SystemTime> {
-        let changed = stamp.mtime_ns.max(stamp.ctime_ns);
-        let eligible = changed + self.opts.settle.as_nanos() as i128;
-        (ns_of(now) < eligible).then(|| time_of(eligible))
+        clock::settling(stamp, self.opts.settle, now)
     }
 
     fn note_settling(scan: &mut Scan, name: OsString, at: SystemTime) {
@@ -927,18 +881,14 @@ impl Mailbox {
         }
         Ok(Some(
             match self.io.read_untrusted(path, self.opts.max_file_size)? {
-                Read_::Gone => return Ok(None),
-                Read_::TooLarge(n) => Err(self.too_large(n)),
-                Read_::NotRegular(what) => Err(format!("{what}, not a signal file")),
-                Read_::HardLinked(n) => Err(hard_linked(n)),
-                Read_::Unreadable(r) => Err(r),
-                Read_::Bytes(bytes, _) => signal::parse_body(&bytes, format)
+                ReadOutcome::Gone => return Ok(None),
+                ReadOutcome::Bytes(bytes, _) => body::parse_body(&bytes, format)
                     .or_else(|e| {
                         // Strict for what people drop, except for the leftover of a claim that
                         // a crash interrupted during its append (the same name is in
                         // processed/): that file may end in a torn handling block.
                         if self.processed.join(name).exists() {
-                            signal::parse_record(&bytes, format)
+                            body::parse_record(&bytes, format)
                         } else {
                             Err(e)
                         }
@@ -950,15 +900,9 @@ impl Mailbox {
                             .map(i128::from);
                         (at, body)
                     }),
+                other => Err(other.rejection().unwrap_or_default()),
             },
         ))
-    }
-
-    fn too_large(&self, n: u64) -> String {
-        format!(
-            "file is {n} bytes, over the {} byte cap",
-            self.opts.max_file_size
-        )
     }
 
     /// Runs one checkpoint pass for `agent` in `state` (see the routing table in
@@ -1174,7 +1118,7 @@ impl Mailbox {
             let acked = self.acked_by(&item.name)?;
             if self.opts.quorum.iter().all(|q| acked.contains(q)) {
                 let id = name::signal_id(&lossy(&item.name)).to_string();
-                if self.archive(&item.name, agent, "delivered", &[])? {
+                if self.archive(&item.name, agent, Archived::Delivered, &[])? {
                     pass.archived.push(id);
                 }
             }
@@ -1192,13 +1136,7 @@ impl Mailbox {
         pass: &mut Pass,
         batch: &mut Batch,
     ) -> Result<Option<Signal>> {
-        let meta = json!({
-            "handled_by": agent,
-            "handled_at": now_rfc3339(),
-            "action_taken": "delivered",
-        });
-        let mut extra = Map::new();
-        extra.insert("handling_metadata".into(), meta);
+        let extra = Handled::Delivered.fields(agent);
         self.move_to_processed(dir, name, agent, extra, pass, Some(batch))
     }
 
@@ -1320,16 +1258,13 @@ impl Mailbox {
     /// True when `a` and `b` hold the same signal (ignoring archive metadata).
     fn same_signal(&self, a: &Path, b: &Path) -> Result<bool> {
         let read = |p: &Path| -> Result<Option<Map<String, Value>>> {
-            let Read_::Bytes(bytes, _) = self.io.read_untrusted(p, self.opts.max_file_size)? else {
+            let ReadOutcome::Bytes(bytes, _) =
+                self.io.read_untrusted(p, self.opts.max_file_size)?
+            else {
                 return Ok(None);
             };
-            let fmt = signal::format_of(&p.file_name().unwrap_or_default().to_string_lossy());
-            Ok(signal::parse_record(&bytes, fmt).ok().map(|mut b| {
-                for k in HANDLING_KEYS {
-                    b.fields.remove(k);
-                }
-                b.fields
-            }))
+            let fname = p.file_name().unwrap_or_default().to_string_lossy();
+            Ok(body::signal_fields(&bytes, &fname))
         };
         Ok(match (read(a)?, read(b)?) {
             (Some(x), Some(y)) => x == y,
@@ -1352,28 +1287,18 @@ impl Mailbox {
         // cannot be opened for writing is read without one (and left unannotated below).
         let (read, file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
         let reason = match read {
-            Read_::Gone => return Ok(None),
-            Read_::TooLarge(n) => self.too_large(n),
-            Read_::NotRegular(what) => format!("{what}, not a signal file"),
-            Read_::HardLinked(n) => hard_linked(n),
-            Read_::Unreadable(r) => r,
-            Read_::Bytes(bytes, _) => {
+            ReadOutcome::Gone => return Ok(None),
+            ReadOutcome::Bytes(bytes, _) => {
                 let fname = lossy(name);
-                let format = signal::format_of(&fname);
+                let format = name::format_of(&fname);
                 // A record, not a bare body: after a crash the source may share the inode of an
                 // interrupted claim whose handling block was already appended.
-                match signal::parse_record(&bytes, format).and_then(|mut body| {
-                    for k in HANDLING_KEYS {
-                        body.fields.remove(k);
-                    }
-                    Signal::from_body(body, name::signal_id(&fname), dest)
-                        .map_err(|e| e.reason().to_string())
-                }) {
+                match body::read_signal(&bytes, &fname, dest) {
                     Ok(sig) => {
                         // Appended in place, as upstream does: a claim allocates and frees no
                         // inode (on ext4, creating files right after frees is slow, and that
                         // would slow producers too).
-                        let tail = handling_tail(&bytes, format, extra);
+                        let tail = body::handling_tail(&bytes, format, extra);
                         let appended = match (file, defer) {
                             (Some(f), Some(files)) => self
                                 .io
@@ -1406,6 +1331,7 @@ impl Mailbox {
                     Err(reason) => reason,
                 }
             }
+            other => other.rejection().unwrap_or_default(),
         };
         // Quarantine the file this claim holds: `dest` may carry a `.dup-` name, and the plain
         // name may be an earlier, valid record that must stay where it is.
@@ -1453,16 +1379,10 @@ impl Mailbox {
         }
         let src = self.inputs.join(name);
         let bytes = match self.io.read_untrusted(&src, self.opts.max_file_size)? {
-            Read_::Gone => return Ok(None),
-            Read_::Bytes(b, _) => b,
+            ReadOutcome::Gone => return Ok(None),
+            ReadOutcome::Bytes(b, _) => b,
             other => {
-                let reason = match other {
-                    Read_::TooLarge(n) => self.too_large(n),
-                    Read_::NotRegular(w) => format!("{w}, not a signal file"),
-                    Read_::HardLinked(n) => hard_linked(n),
-                    Read_::Unreadable(r) => r,
-                    Read_::Gone | Read_::Bytes(..) => unreachable!("matched above"),
-                };
+                let reason = other.rejection().unwrap_or_default();
                 if let Some(r) = self.quarantine(&self.inputs, name, &reason, agent)? {
                     pass.rejected.push(r);
                 }
@@ -1481,7 +1401,11 @@ impl Mailbox {
         if self.io.create_dir(&ack_dir)? {
             self.io.sync_dir(&self.acks)?;
         }
-        let body = json!({"signal": id, "agent": agent, "acked_at": now_rfc3339()});
+        let body = json!({
+            "signal": id,
+            "agent": agent,
+            "acked_at": clock::now_rfc3339(Precision::Micros),
+        });
         let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
         bytes.push(b'\n');
         let stage = atomic::stage_name(&self.tmp, "ack");
@@ -1514,18 +1438,14 @@ impl Mailbox {
     }
 
     /// Archives a broadcast into `processed/` with its delivery status.
-    fn archive(&self, name: &OsStr, agent: &str, status: &str, unacked: &[String]) -> Result<bool> {
-        let mut extra = Map::new();
-        extra.insert(
-            "handling_metadata".into(),
-            json!({
-                "handled_by": agent,
-                "handled_at": now_rfc3339(),
-                "action_taken": "broadcast archived",
-            }),
-        );
-        extra.insert("delivery_status".into(), json!(status));
-        extra.insert("unacked_agents".into(), json!(unacked));
+    fn archive(
+        &self,
+        name: &OsStr,
+        agent: &str,
+        status: Archived,
+        unacked: &[String],
+    ) -> Result<bool> {
+        let extra = Handled::Archived(status, unacked).fields(agent);
         let mut scratch = Pass::default();
         let r = self.move_to_processed(&self.inputs, name, agent, extra, &mut scratch, None)?;
         Ok(r.is_some())
@@ -1581,7 +1501,7 @@ impl Mailbox {
                     "file": lossy(name),
                     "from": src.to_string_lossy(),
                     "reason": reason,
-                    "rejected_at": now_rfc3339(),
+                    "rejected_at": clock::now_rfc3339(Precision::Micros),
                     "rejected_by": agent,
                 });
                 let mut bytes = serde_json::to_vec_pretty(&body).expect("JSON serializes");
@@ -1633,9 +1553,9 @@ impl Mailbox {
                 .cloned()
                 .collect();
             let status = if unacked.is_empty() {
-                "delivered"
+                Archived::Delivered
             } else {
-                "partial"
+                Archived::Partial
             };
             if self.archive(&item.name, agent, status, &unacked)? {
                 out.push(Finished {
@@ -1688,10 +1608,10 @@ impl Mailbox {
             let path = self.processed.join(&e.name);
             out.push(
                 match self.io.read_untrusted(&path, self.opts.max_file_size)? {
-                    Read_::Bytes(b, stamp) => {
+                    ReadOutcome::Bytes(b, stamp) => {
                         Signal::parse_file_bytes(&b, &path).map(|s| (s, stamp.mtime_ns))
                     }
-                    Read_::Gone => continue,
+                    ReadOutcome::Gone => continue,
                     _ => Err(Error::new(
                         ErrorKind::NotRegularFile,
                         Some(&path),
@@ -1749,12 +1669,6 @@ impl Mailbox {
     }
 }
 
-fn hard_linked(n: u64) -> String {
-    format!(
-        "file has {n} hard links: it may be a link to a file outside the root, so it is not read"
-    )
-}
-
 /// `name` with a unique part inserted before its extension, for a destination that is taken.
 fn unique_variant(name: &OsStr) -> OsString {
     let u = uuid::Uuid::now_v7().simple().to_string();
@@ -1770,31 +1684,4 @@ fn unique_variant(name: &OsStr) -> OsString {
         }
     };
     OsString::from(format!("{stem}.dup-{}{ext}", &u[20..]))
-}
-
-/// The handling block appended to a claimed file: for JSON a second object on its own line,
-/// for YAML a block of top-level keys (what upstream appends).
-fn handling_tail(original: &[u8], format: Format, extra: &Map<String, Value>) -> Vec<u8> {
-    let mut out = Vec::new();
-    if !original.ends_with(b"\n") {
-        out.push(b'\n');
-    }
-    match format {
-        Format::Json => {
-            serde_json::to_writer(&mut out, extra).expect("JSON serializes");
-            out.push(b'\n');
-        }
-        Format::Yaml => {
-            let text = serde_saphyr::to_string(extra).unwrap_or_else(|_| {
-                // Metadata sigbox builds is plain strings and lists of agent names: this cannot
-                // fail, but a record must never be lost to a formatting problem.
-                format!("handling_metadata: {}\n", Value::Object(extra.clone()))
-            });
-            out.extend_from_slice(text.as_bytes());
-            if !text.ends_with('\n') {
-                out.push(b'\n');
-            }
-        }
-    }
-    out
 }

@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use chrono::{SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
 use crate::atomic::{self, Clobber};
+use crate::clock::{self, DEFAULT_MAX_FILE_SIZE, Precision};
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{Durability, Io, Read_};
+use crate::io::{Io, IoOptions, ReadOutcome};
 
 /// A signal's outcome: the file suffix follows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,40 +164,30 @@ pub fn write_signal(
     fields: &MuxFields,
     format: MuxFormat,
 ) -> Result<PathBuf> {
-    write_signal_with_hook(root, arg, status, fields, format, None)
+    write_signal_with(root, arg, status, fields, format, &IoOptions::new())
 }
 
-/// Like [`write_signal`], with a hook that sees every filesystem effect (for fault injection
-/// and crash tests).
-pub fn write_signal_with_hook(
+/// Like [`write_signal`], with the seam's options: durability, and a hook that sees every
+/// filesystem effect (for fault injection and crash tests).
+pub fn write_signal_with(
     root: &Path,
     arg: &Path,
     status: MuxStatus,
     fields: &MuxFields,
     format: MuxFormat,
-    hook: Option<std::sync::Arc<dyn crate::FsHook>>,
+    io: &IoOptions,
 ) -> Result<PathBuf> {
-    let io = Io::new(Durability::Durable, hook);
+    let io = Io::new(io);
     let file = signal_file(root, arg, status)?;
     let dir = file.parent().expect("signal files have a parent");
-    let mut missing = Vec::new();
-    let mut d = dir;
-    while !d.exists() && d.starts_with(root) && d != root {
-        missing.push(d.to_path_buf());
-        d = d.parent().unwrap_or(root);
-    }
-    for m in missing.iter().rev() {
-        if io.create_dir(m)? {
-            io.sync_dir(m.parent().unwrap_or(root))?;
-        }
-    }
+    io.create_dir_all_synced(dir, Some(root))?;
     let session = if dir.file_name().is_some_and(|n| n == ".signals") {
         dir.parent().unwrap_or(root)
     } else {
         dir
     };
     let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    let created_at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+    let created_at = clock::now_rfc3339(Precision::Secs);
     let trace_id = fields.trace_id.clone().or_else(|| {
         std::fs::read_to_string(session.join(".trace"))
             .ok()
@@ -331,17 +321,14 @@ pub fn parse_record(bytes: &[u8]) -> std::result::Result<BTreeMap<String, Value>
 
 /// Reads one signal file (no-follow, capped at 1 MiB).
 pub fn read_record(file: &Path) -> std::result::Result<MuxRecord, String> {
-    let io = Io::new(Durability::Durable, None);
+    let io = Io::new(&IoOptions::new());
     let bytes = match io
-        .read_untrusted(file, 1024 * 1024)
+        .read_untrusted(file, DEFAULT_MAX_FILE_SIZE)
         .map_err(|e| e.to_string())?
     {
-        Read_::Bytes(b, _) => b,
-        Read_::Gone => return Err("vanished while being read".into()),
-        Read_::TooLarge(n) => return Err(format!("{n} bytes, over the 1048576 byte cap")),
-        Read_::NotRegular(w) => return Err(format!("{w}, not a signal file")),
-        Read_::HardLinked(n) => return Err(format!("{n} hard links, not read")),
-        Read_::Unreadable(r) => return Err(r),
+        ReadOutcome::Bytes(b, _) => b,
+        ReadOutcome::Gone => return Err("vanished while being read".into()),
+        other => return Err(other.rejection().unwrap_or_default()),
     };
     let fields = parse_record(&bytes)?;
     let s = |k: &str| match fields.get(k) {
@@ -510,7 +497,7 @@ pub fn check_json(r: &CheckReport) -> Value {
         "failed": r.failed,
         "expected": r.expected,
         "status": r.status,
-        "checked_at": Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
+        "checked_at": clock::now_rfc3339(Precision::Secs),
     });
     if !r.not_passed.is_empty() {
         v["not_passed"] = json!(r.not_passed);

@@ -14,6 +14,7 @@ use std::ffi::OsStr;
 
 use chrono::{DateTime, Local, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
 
+pub use crate::signal::valid_agent;
 use crate::signal::{SignalType, Target};
 
 /// What a directory entry's name says about it.
@@ -235,16 +236,13 @@ pub fn canonical_name(at: DateTime<Utc>, unique: &str, type_name: &str, target: 
     )
 }
 
-/// True when `name` may be used as an agent name: an ASCII letter, then up to 63 letters,
-/// digits, `_` or `-`; `ALL` is reserved.
-pub fn valid_agent(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 64
-        && b[0].is_ascii_alphabetic()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-')
-        && !name.eq_ignore_ascii_case("ALL")
+/// The body format a file name implies (canonical and `.json` names are JSON).
+pub fn format_of(file_name: &str) -> Format {
+    if file_name.ends_with(".yaml") || file_name.ends_with(".yml") {
+        Format::Yaml
+    } else {
+        Format::Json
+    }
 }
 
 /// A run of ASCII digits as a number. Byte-based: callers slice by byte offsets, and a name

@@ -1,13 +1,11 @@
-//! Signals: types, targets, and the body formats (JSON canonical, JSON and YAML accepted).
+//! What a signal is: its types, its targets and the agent-name rule, the delivered [`Signal`]
+//! and the [`NewSignal`] a producer sends (spec/mailbox.md §3.1). Pure: no parsing, no I/O.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use chrono::{DateTime, FixedOffset};
 use serde_json::{Map, Value};
-
-use crate::error::{Error, ErrorKind, Result};
-use crate::name::{self, Format};
 
 /// The kinds of signal a mailbox routes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -108,6 +106,19 @@ pub const ROLES: [&str; 6] = [
     "Librarian",
 ];
 
+/// True when `name` may be used as an agent name: an ASCII letter, then up to 63 letters,
+/// digits, `_` or `-`; `ALL` is reserved. The rule for [`Target::Agent`], and what keeps an agent
+/// name from escaping the root when it names a buffer or a lock file.
+pub fn valid_agent(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_alphabetic()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-')
+        && !name.eq_ignore_ascii_case("ALL")
+}
+
 impl Target {
     /// Parses a target as written in a body: `ALL` (any case), an agent name, or empty/absent
     /// for none. Names that could escape the root or break canonical names are refused.
@@ -121,7 +132,7 @@ impl Target {
         if let Some(role) = ROLES.iter().find(|r| r.eq_ignore_ascii_case(s)) {
             return Ok(Target::Agent((*role).to_string()));
         }
-        if name::valid_agent(s) {
+        if valid_agent(s) {
             Ok(Target::Agent(s.to_string()))
         } else {
             Err(format!(
@@ -174,192 +185,6 @@ pub struct Signal {
     pub fields: Map<String, Value>,
     /// Where the file is now.
     pub path: PathBuf,
-}
-
-/// What a body says, before its type is known to be routable.
-#[derive(Clone, Debug)]
-pub(crate) struct Body {
-    pub(crate) type_name: String,
-    pub(crate) target: std::result::Result<Target, String>,
-    pub(crate) created_at: Option<DateTime<FixedOffset>>,
-    pub(crate) fields: Map<String, Value>,
-}
-
-/// Parses a body as `format`. The error is the reason, without the path.
-pub(crate) fn parse_body(bytes: &[u8], format: Format) -> std::result::Result<Body, String> {
-    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-    if text.trim().is_empty() {
-        return Err("empty file".into());
-    }
-    let value: Value = match format {
-        Format::Json => serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?,
-        Format::Yaml => parse_yaml(text)?,
-    };
-    body_of(value)
-}
-
-/// The [`Body`] of a parsed document.
-fn body_of(value: Value) -> std::result::Result<Body, String> {
-    let Value::Object(fields) = value else {
-        return Err("the document is not a mapping of fields".into());
-    };
-    let type_name = match fields.get("type") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
-        Some(_) => return Err("field `type` is not a non-empty string".into()),
-        None => return Err("missing field `type`".into()),
-    };
-    let target = match fields.get("target") {
-        None | Some(Value::Null) => Ok(Target::None),
-        Some(Value::String(s)) => Target::parse(Some(s)),
-        Some(other) => Err(format!("field `target` is not a string: {other}")),
-    };
-    let created_at = match fields.get("created_at") {
-        Some(Value::String(s)) => Some(
-            DateTime::parse_from_rfc3339(s.trim())
-                .map_err(|e| format!("field `created_at` is not an ISO-8601 instant: {e}"))?,
-        ),
-        _ => None,
-    };
-    Ok(Body {
-        type_name,
-        target,
-        created_at,
-        fields,
-    })
-}
-
-/// The marker that starts the handling block appended to a processed YAML record.
-pub(crate) const YAML_HANDLING_MARKER: &str = "\nhandling_metadata:";
-
-/// Parses a processed record: the original body followed by the handling block sigbox
-/// appended (a second JSON object on its own line, or a YAML block). A torn or unreadable
-/// handling block (a crash during the append) is ignored: the signal itself is still read.
-pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<Body, String> {
-    match format {
-        Format::Json => {
-            // The first document is the signal (parsed once); the rest are handling blocks.
-            let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
-            let mut body = match stream.next() {
-                Some(Ok(head)) => body_of(head)?,
-                Some(Err(e)) => return Err(format!("invalid JSON: {e}")),
-                None => return Err("empty file".into()),
-            };
-            for tail in stream {
-                match tail {
-                    Ok(Value::Object(extra)) => body.fields.extend(extra),
-                    _ => break,
-                }
-            }
-            Ok(body)
-        }
-        Format::Yaml => {
-            if let Ok(body) = parse_body(bytes, Format::Yaml) {
-                return Ok(body);
-            }
-            // A crash during the append can leave zeros (the size grew, the data never came)
-            // or a partial block after the original: read up to the first NUL, split at the
-            // block's marker, and drop an unterminated last line.
-            let end = memchr::memchr(0, bytes).unwrap_or(bytes.len());
-            let text = std::str::from_utf8(&bytes[..end]).map_err(|e| format!("not UTF-8: {e}"))?;
-            if let Some(at) = text.rfind(YAML_HANDLING_MARKER) {
-                let mut body = parse_body(&text.as_bytes()[..at + 1], Format::Yaml)?;
-                if let Ok(Value::Object(extra)) = parse_yaml(&text[at + 1..]) {
-                    body.fields.extend(extra);
-                }
-                return Ok(body);
-            }
-            match parse_body(text.as_bytes(), Format::Yaml) {
-                Ok(body) => Ok(body),
-                Err(e) => match text.rfind('\n') {
-                    Some(nl) if nl + 1 < text.len() => {
-                        parse_body(&text.as_bytes()[..nl + 1], Format::Yaml).map_err(|_| e)
-                    }
-                    _ => Err(e),
-                },
-            }
-        }
-    }
-}
-
-/// YAML limits: a body is a handful of fields, so anything deep or alias-heavy is hostile.
-fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
-    let options = serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_depth: 64,
-            max_aliases: 64,
-            max_anchors: 64,
-            max_events: 100_000,
-            max_nodes: 100_000,
-            max_total_scalar_bytes: 2 * 1024 * 1024,
-            max_documents: 1,
-        },
-    };
-    serde_saphyr::from_str_with_options::<Value>(text, options)
-        .map_err(|e| format!("invalid YAML: {}", first_line(&e.to_string())))
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or(s)
-}
-
-impl Signal {
-    /// Builds a signal from a parsed body. Fails for unknown types and invalid targets.
-    pub(crate) fn from_body(body: Body, id: &str, path: &Path) -> Result<Signal> {
-        let signal_type = SignalType::parse(&body.type_name).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidSignal,
-                Some(path),
-                format!("unknown signal type {:?}", body.type_name),
-            )
-        })?;
-        let target = body
-            .target
-            .map_err(|reason| Error::new(ErrorKind::InvalidName, Some(path), reason))?;
-        let message = match body.fields.get("message") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(other) => Some(other.to_string()),
-        };
-        let from = match body.fields.get("from") {
-            Some(Value::String(s)) => Some(s.clone()),
-            _ => None,
-        };
-        let iteration = body.fields.get("iteration").and_then(Value::as_u64);
-        Ok(Signal {
-            id: id.to_string(),
-            signal_type,
-            type_name: body.type_name,
-            target,
-            message,
-            from,
-            iteration,
-            created_at: body.created_at,
-            fields: body.fields,
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// Parses a signal file's bytes; a handling block appended by sigbox (in `processed/`) is
-    /// read into `fields`.
-    pub fn parse_file_bytes(bytes: &[u8], path: &Path) -> Result<Signal> {
-        let file_name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| Error::new(ErrorKind::InvalidName, Some(path), "name is not UTF-8"))?;
-        let format = format_of(file_name);
-        let body = parse_record(bytes, format)
-            .map_err(|reason| Error::new(ErrorKind::InvalidSignal, Some(path), reason))?;
-        Signal::from_body(body, name::signal_id(file_name), path)
-    }
-}
-
-/// The body format a file name implies (canonical and `.json` names are JSON).
-pub(crate) fn format_of(file_name: &str) -> Format {
-    if file_name.ends_with(".yaml") || file_name.ends_with(".yml") {
-        Format::Yaml
-    } else {
-        Format::Json
-    }
 }
 
 /// A signal to send.

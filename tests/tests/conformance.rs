@@ -127,7 +127,7 @@ fn run_vector(v: &Value) -> Result<(), String> {
             }
             for (g, w) in got.iter().zip(want) {
                 if g.id != w["id"].as_str().unwrap()
-                    || g.status != w["status"].as_str().unwrap()
+                    || g.status.as_str() != w["status"].as_str().unwrap()
                     || g.unacked != strings(&w["unacked"])
                 {
                     return Err(format!("{ctx}: finished {got:?}"));

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sigbox::{Durability, Mailbox, MailboxOptions, NewSignal, SignalType, Target};
+use sigbox::{Durability, IoOptions, Mailbox, MailboxOptions, NewSignal, SignalType, Target};
 use sigbox_tests::crash::{Model, Op, Recorder, copy_tree};
 
 const AGENTS: [&str; 5] = [
@@ -462,7 +462,7 @@ fn crash_during_goblin_writes_and_transitions() {
             std::fs::write(t.join(".goblin/build-complete"), old).unwrap();
         },
         &|w, rec| {
-            let g = Goblin::open_with_hook(w, Some(rec)).unwrap();
+            let g = Goblin::open_with(w, IoOptions::new().hook(rec)).unwrap();
             g.write(GoblinSignal::BuildComplete, Some(body.clone()))
                 .is_ok()
         },
@@ -491,7 +491,7 @@ fn crash_during_goblin_writes_and_transitions() {
             std::fs::write(t.join(".goblin/build-complete"), old).unwrap();
         },
         &|w, rec| {
-            let g = Goblin::open_with_hook(w, Some(rec)).unwrap();
+            let g = Goblin::open_with(w, IoOptions::new().hook(rec)).unwrap();
             g.set_aside(GoblinSignal::BuildComplete, true).is_ok()
                 && g.save_state(PipelineState {
                     stage: Stage::Review,
@@ -533,13 +533,13 @@ fn crash_during_mux_signal_writes() {
                 size: Some(42),
                 ..MuxFields::default()
             };
-            mux::write_signal_with_hook(
+            mux::write_signal_with(
                 w,
                 Path::new("tmp/mux/s1/implement"),
                 MuxStatus::Success,
                 &fields,
                 MuxFormat::Kv,
-                Some(rec),
+                IoOptions::new().hook(rec),
             )
             .is_ok()
         },

@@ -184,7 +184,9 @@ fn soak_twenty_thousand_signals_across_agents_with_broadcasts() {
     o.quorum(quorum.split(','));
     let finished = o.open(&root).unwrap().finish("Orchestrator").unwrap();
     assert!(
-        finished.iter().all(|f| f.status == "delivered"),
+        finished
+            .iter()
+            .all(|f| f.status == sigbox::Archived::Delivered),
         "{finished:?}"
     );
     // Nothing left behind: every broadcast archived, no staging files, no buffers.

@@ -19,7 +19,43 @@ pub(crate) use portable::*;
 use std::ffi::OsString;
 use std::path::Path;
 
-use crate::io::EntryKind;
+/// Identity and timing of a file (from `lstat` or `fstat`), as the mailbox needs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
+    pub(crate) nlink: u64,
+    pub(crate) mtime_ns: i128,
+    pub(crate) ctime_ns: i128,
+}
+
+impl Stamp {
+    /// The last change of the entry or its content: the later of mtime and ctime.
+    pub(crate) fn changed_ns(&self) -> i128 {
+        self.mtime_ns.max(self.ctime_ns)
+    }
+}
+
+/// What a directory entry is, from the listing (`d_type`) or `lstat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (never followed).
+    Symlink,
+    /// A FIFO, socket or device.
+    Special,
+}
+
+/// A directory entry as listed, without a `stat` when the platform gives the type.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) name: OsString,
+    pub(crate) kind: EntryKind,
+}
 
 /// Lists a directory through `std::fs::read_dir`: each entry's name and kind.
 #[cfg_attr(any(target_os = "linux", target_os = "android"), allow(dead_code))]

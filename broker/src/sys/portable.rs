@@ -4,6 +4,8 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 
+use super::{EntryKind, Stamp};
+
 pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     std::fs::hard_link(from, to)?;
     std::fs::remove_file(from)
@@ -32,16 +34,6 @@ pub(crate) fn open_append(path: &Path) -> io::Result<File> {
 
 pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
     File::open(path)
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Stamp {
-    pub(crate) dev: u64,
-    pub(crate) ino: u64,
-    pub(crate) size: u64,
-    pub(crate) nlink: u64,
-    pub(crate) mtime_ns: i128,
-    pub(crate) ctime_ns: i128,
 }
 
 pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
@@ -98,7 +90,7 @@ pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
 
 pub(crate) fn list_dir(
     dir: &Path,
-    each: impl FnMut(std::ffi::OsString, crate::io::EntryKind),
+    each: impl FnMut(std::ffi::OsString, EntryKind),
 ) -> io::Result<()> {
     super::list_dir_std(dir, each)
 }

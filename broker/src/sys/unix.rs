@@ -6,6 +6,8 @@ use std::path::Path;
 
 use rustix::fs::{Mode, OFlags};
 
+use super::{EntryKind, Stamp};
+
 /// Renames `from` to `to`, failing with `AlreadyExists` instead of replacing `to`.
 ///
 /// On Linux this is one `renameat2(RENAME_NOREPLACE)`. Where the filesystem does not support
@@ -73,7 +75,7 @@ pub(crate) fn open_append(path: &Path) -> io::Result<File> {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn list_dir(
     dir: &Path,
-    mut each: impl FnMut(std::ffi::OsString, crate::io::EntryKind),
+    mut each: impl FnMut(std::ffi::OsString, EntryKind),
 ) -> io::Result<()> {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
@@ -108,8 +110,7 @@ pub(crate) fn list_dir(
 fn kind_of(
     d_type: rustix::fs::FileType,
     stat: impl FnOnce() -> rustix::io::Result<rustix::fs::FileType>,
-) -> crate::io::EntryKind {
-    use crate::io::EntryKind;
+) -> EntryKind {
     use rustix::fs::FileType;
     let ft = match d_type {
         // Vanished between readdir and stat: let the caller see it gone later.
@@ -128,7 +129,7 @@ fn kind_of(
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub(crate) fn list_dir(
     dir: &Path,
-    each: impl FnMut(std::ffi::OsString, crate::io::EntryKind),
+    each: impl FnMut(std::ffi::OsString, EntryKind),
 ) -> io::Result<()> {
     super::list_dir_std(dir, each)
 }
@@ -143,17 +144,7 @@ pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
-/// Identity and timing of a file, as the mailbox needs them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Stamp {
-    pub(crate) dev: u64,
-    pub(crate) ino: u64,
-    pub(crate) size: u64,
-    pub(crate) nlink: u64,
-    pub(crate) mtime_ns: i128,
-    pub(crate) ctime_ns: i128,
-}
-
+/// A file's [`Stamp`] from its metadata.
 pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
     use std::os::unix::fs::MetadataExt;
     Stamp {
@@ -259,7 +250,6 @@ pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use super::*;
-    use crate::io::EntryKind;
     use rustix::fs::FileType;
 
     #[test]

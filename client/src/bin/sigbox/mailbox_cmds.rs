@@ -45,7 +45,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Finish { agent } => {
             for f in Mailbox::open(&root)?.finish(&agent)? {
                 out.emit(
-                    &json!({"id": f.id, "status": f.status, "unacked": f.unacked}),
+                    &json!({"id": f.id, "status": f.status.as_str(), "unacked": f.unacked}),
                     || match f.unacked.len() {
                         0 => format!("{}  {}", f.status, f.id),
                         _ => format!("{}  {}  unacked: {}", f.status, f.id, f.unacked.join(", ")),

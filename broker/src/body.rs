@@ -1,0 +1,374 @@
+//! Bytes to signals and back (spec/mailbox.md §3.2-3.4): the body formats (JSON canonical, JSON
+//! and YAML accepted), the processed record (a body followed by the handling block sigbox
+//! appends) and that block's schema. Pure: no filesystem access.
+
+use std::path::Path;
+
+use chrono::{DateTime, FixedOffset};
+use serde_json::{Map, Value, json};
+
+use crate::clock::{self, Precision};
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::{self, Format};
+use crate::signal::{Signal, SignalType, Target};
+
+/// What a body says, before its type is known to be routable.
+#[derive(Clone, Debug)]
+pub(crate) struct Body {
+    pub(crate) type_name: String,
+    pub(crate) target: std::result::Result<Target, String>,
+    pub(crate) created_at: Option<DateTime<FixedOffset>>,
+    pub(crate) fields: Map<String, Value>,
+}
+
+/// Parses a body as `format`. The error is the reason, without the path.
+pub(crate) fn parse_body(bytes: &[u8], format: Format) -> std::result::Result<Body, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    if text.trim().is_empty() {
+        return Err("empty file".into());
+    }
+    let value: Value = match format {
+        Format::Json => serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?,
+        Format::Yaml => parse_yaml(text)?,
+    };
+    body_of(value)
+}
+
+/// The [`Body`] of a parsed document.
+fn body_of(value: Value) -> std::result::Result<Body, String> {
+    let Value::Object(fields) = value else {
+        return Err("the document is not a mapping of fields".into());
+    };
+    let type_name = match fields.get("type") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+        Some(_) => return Err("field `type` is not a non-empty string".into()),
+        None => return Err("missing field `type`".into()),
+    };
+    let target = match fields.get("target") {
+        None | Some(Value::Null) => Ok(Target::None),
+        Some(Value::String(s)) => Target::parse(Some(s)),
+        Some(other) => Err(format!("field `target` is not a string: {other}")),
+    };
+    let created_at = match fields.get("created_at") {
+        Some(Value::String(s)) => Some(
+            DateTime::parse_from_rfc3339(s.trim())
+                .map_err(|e| format!("field `created_at` is not an ISO-8601 instant: {e}"))?,
+        ),
+        _ => None,
+    };
+    Ok(Body {
+        type_name,
+        target,
+        created_at,
+        fields,
+    })
+}
+
+/// The marker that starts the handling block appended to a processed YAML record.
+pub(crate) const YAML_HANDLING_MARKER: &str = "\nhandling_metadata:";
+
+/// Parses a processed record: the original body followed by the handling block sigbox
+/// appended (a second JSON object on its own line, or a YAML block). A torn or unreadable
+/// handling block (a crash during the append) is ignored: the signal itself is still read.
+pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<Body, String> {
+    match format {
+        Format::Json => {
+            // The first document is the signal (parsed once); the rest are handling blocks.
+            let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
+            let mut body = match stream.next() {
+                Some(Ok(head)) => body_of(head)?,
+                Some(Err(e)) => return Err(format!("invalid JSON: {e}")),
+                None => return Err("empty file".into()),
+            };
+            for tail in stream {
+                match tail {
+                    Ok(Value::Object(extra)) => body.fields.extend(extra),
+                    _ => break,
+                }
+            }
+            Ok(body)
+        }
+        Format::Yaml => {
+            if let Ok(body) = parse_body(bytes, Format::Yaml) {
+                return Ok(body);
+            }
+            // A crash during the append can leave zeros (the size grew, the data never came)
+            // or a partial block after the original: read up to the first NUL, split at the
+            // block's marker, and drop an unterminated last line.
+            let end = memchr::memchr(0, bytes).unwrap_or(bytes.len());
+            let text = std::str::from_utf8(&bytes[..end]).map_err(|e| format!("not UTF-8: {e}"))?;
+            if let Some(at) = text.rfind(YAML_HANDLING_MARKER) {
+                let mut body = parse_body(&text.as_bytes()[..at + 1], Format::Yaml)?;
+                if let Ok(Value::Object(extra)) = parse_yaml(&text[at + 1..]) {
+                    body.fields.extend(extra);
+                }
+                return Ok(body);
+            }
+            match parse_body(text.as_bytes(), Format::Yaml) {
+                Ok(body) => Ok(body),
+                Err(e) => match text.rfind('\n') {
+                    Some(nl) if nl + 1 < text.len() => {
+                        parse_body(&text.as_bytes()[..nl + 1], Format::Yaml).map_err(|_| e)
+                    }
+                    _ => Err(e),
+                },
+            }
+        }
+    }
+}
+
+/// YAML limits: a body is a handful of fields, so anything deep or alias-heavy is hostile.
+fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: 64,
+            max_aliases: 64,
+            max_anchors: 64,
+            max_events: 100_000,
+            max_nodes: 100_000,
+            max_total_scalar_bytes: 2 * 1024 * 1024,
+            max_documents: 1,
+        },
+    };
+    serde_saphyr::from_str_with_options::<Value>(text, options)
+        .map_err(|e| format!("invalid YAML: {}", first_line(&e.to_string())))
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+impl Signal {
+    /// Builds a signal from a parsed body. Fails for unknown types and invalid targets.
+    pub(crate) fn from_body(body: Body, id: &str, path: &Path) -> Result<Signal> {
+        let signal_type = SignalType::parse(&body.type_name).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidSignal,
+                Some(path),
+                format!("unknown signal type {:?}", body.type_name),
+            )
+        })?;
+        let target = body
+            .target
+            .map_err(|reason| Error::new(ErrorKind::InvalidName, Some(path), reason))?;
+        let message = match body.fields.get("message") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => Some(other.to_string()),
+        };
+        let from = match body.fields.get("from") {
+            Some(Value::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let iteration = body.fields.get("iteration").and_then(Value::as_u64);
+        Ok(Signal {
+            id: id.to_string(),
+            signal_type,
+            type_name: body.type_name,
+            target,
+            message,
+            from,
+            iteration,
+            created_at: body.created_at,
+            fields: body.fields,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Parses a signal file's bytes; a handling block appended by sigbox (in `processed/`) is
+    /// read into `fields`.
+    pub fn parse_file_bytes(bytes: &[u8], path: &Path) -> Result<Signal> {
+        let file_name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::new(ErrorKind::InvalidName, Some(path), "name is not UTF-8"))?;
+        let format = name::format_of(file_name);
+        let body = parse_record(bytes, format)
+            .map_err(|reason| Error::new(ErrorKind::InvalidSignal, Some(path), reason))?;
+        Signal::from_body(body, name::signal_id(file_name), path)
+    }
+}
+
+/// The field names of the handling block (upstream's `handling_metadata` schema), named once.
+pub(crate) mod key {
+    /// The block itself: who handled the signal, when, and how.
+    pub(crate) const HANDLING_METADATA: &str = "handling_metadata";
+    /// A broadcast's archive status: `delivered` or `partial`.
+    pub(crate) const DELIVERY_STATUS: &str = "delivery_status";
+    /// The quorum agents that had not acked an archived broadcast.
+    pub(crate) const UNACKED_AGENTS: &str = "unacked_agents";
+    /// Inside the block: the agent.
+    pub(crate) const HANDLED_BY: &str = "handled_by";
+    /// Inside the block: when (RFC 3339, microseconds).
+    pub(crate) const HANDLED_AT: &str = "handled_at";
+    /// Inside the block: what was done.
+    pub(crate) const ACTION_TAKEN: &str = "action_taken";
+}
+
+/// Fields sigbox adds to archived files; they are not part of the signal.
+const HANDLING_KEYS: [&str; 3] = [
+    key::HANDLING_METADATA,
+    key::DELIVERY_STATUS,
+    key::UNACKED_AGENTS,
+];
+
+/// How a broadcast was archived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Archived {
+    /// Every quorum agent acked it.
+    Delivered,
+    /// Archived by `finish` before every quorum agent acked it.
+    Partial,
+}
+
+impl Archived {
+    /// The status as written in the record: `delivered` or `partial`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Archived::Delivered => "delivered",
+            Archived::Partial => "partial",
+        }
+    }
+}
+
+impl std::fmt::Display for Archived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The handling block a claim appends: what it says, built once here.
+#[derive(Debug)]
+pub(crate) enum Handled<'a> {
+    /// A claim delivered the signal to the agent.
+    Delivered,
+    /// A broadcast archived with its status and the quorum agents that had not acked.
+    Archived(Archived, &'a [String]),
+}
+
+impl Handled<'_> {
+    /// The fields appended for `agent`, now.
+    pub(crate) fn fields(&self, agent: &str) -> Map<String, Value> {
+        let action = match self {
+            Handled::Delivered => "delivered",
+            Handled::Archived(..) => "broadcast archived",
+        };
+        let mut extra = Map::new();
+        extra.insert(
+            key::HANDLING_METADATA.into(),
+            json!({
+                key::HANDLED_BY: agent,
+                key::HANDLED_AT: clock::now_rfc3339(Precision::Micros),
+                key::ACTION_TAKEN: action,
+            }),
+        );
+        if let Handled::Archived(status, unacked) = self {
+            extra.insert(key::DELIVERY_STATUS.into(), json!(status.as_str()));
+            extra.insert(key::UNACKED_AGENTS.into(), json!(unacked));
+        }
+        extra
+    }
+}
+
+/// The handling block of a processed record, as [`Signal::handling`] reads it back.
+#[non_exhaustive]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Handling {
+    /// The agent that claimed or archived it.
+    pub handled_by: Option<String>,
+    /// When (RFC 3339).
+    pub handled_at: Option<String>,
+    /// What was done: `delivered`, `broadcast archived`.
+    pub action_taken: Option<String>,
+    /// For an archived broadcast: `delivered` or `partial`.
+    pub delivery_status: Option<String>,
+    /// For an archived broadcast: the quorum agents that had not acked.
+    pub unacked_agents: Option<Vec<String>>,
+}
+
+impl Signal {
+    /// The handling block of a record read from `processed/` ([`crate::Mailbox::processed`]);
+    /// `None` for a signal that carries none (claimed, but the annotation never landed).
+    pub fn handling(&self) -> Option<Handling> {
+        let meta = self.fields.get(key::HANDLING_METADATA)?;
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(String::from);
+        Some(Handling {
+            handled_by: text(meta.get(key::HANDLED_BY)),
+            handled_at: text(meta.get(key::HANDLED_AT)),
+            action_taken: text(meta.get(key::ACTION_TAKEN)),
+            delivery_status: text(self.fields.get(key::DELIVERY_STATUS)),
+            unacked_agents: self
+                .fields
+                .get(key::UNACKED_AGENTS)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect()
+                }),
+        })
+    }
+}
+
+/// Removes the handling block from a record's fields, leaving the signal as it was sent.
+pub(crate) fn strip_handling(fields: &mut Map<String, Value>) {
+    for k in HANDLING_KEYS {
+        fields.remove(k);
+    }
+}
+
+/// Reads a record (a body, or a body with a handling block) as the signal it holds, without
+/// the block: what a claim delivers. The error is the reason, without the path.
+pub(crate) fn read_signal(
+    bytes: &[u8],
+    file_name: &str,
+    path: &Path,
+) -> std::result::Result<Signal, String> {
+    let format = name::format_of(file_name);
+    let mut body = parse_record(bytes, format)?;
+    strip_handling(&mut body.fields);
+    Signal::from_body(body, name::signal_id(file_name), path).map_err(|e| e.reason().to_string())
+}
+
+/// The fields of a record without the handling block: what two copies of one signal share.
+pub(crate) fn signal_fields(bytes: &[u8], file_name: &str) -> Option<Map<String, Value>> {
+    let mut body = parse_record(bytes, name::format_of(file_name)).ok()?;
+    strip_handling(&mut body.fields);
+    Some(body.fields)
+}
+
+/// The handling block appended to a claimed file: for JSON a second object on its own line,
+/// for YAML a block of top-level keys (what upstream appends).
+pub(crate) fn handling_tail(
+    original: &[u8],
+    format: Format,
+    extra: &Map<String, Value>,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    if !original.ends_with(b"\n") {
+        out.push(b'\n');
+    }
+    match format {
+        Format::Json => {
+            serde_json::to_writer(&mut out, extra).expect("JSON serializes");
+            out.push(b'\n');
+        }
+        Format::Yaml => {
+            let text = serde_saphyr::to_string(extra).unwrap_or_else(|_| {
+                // Metadata sigbox builds is plain strings and lists of agent names: this cannot
+                // fail, but a record must never be lost to a formatting problem.
+                format!(
+                    "{}: {}\n",
+                    key::HANDLING_METADATA,
+                    Value::Object(extra.clone())
+                )
+            });
+            out.extend_from_slice(text.as_bytes());
+            if !text.ends_with('\n') {
+                out.push(b'\n');
+            }
+        }
+    }
+    out
+}

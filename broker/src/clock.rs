@@ -1,0 +1,118 @@
+//! Protocol instants: the clocks every dialect stamps its files with, the settle rule, and the
+//! default size cap. Pure: no filesystem access.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chrono::{SecondsFormat, Utc};
+
+use crate::sys::Stamp;
+
+/// Files larger than this are refused unread, in every dialect, unless configured otherwise.
+pub(crate) const DEFAULT_MAX_FILE_SIZE: u64 = 1024 * 1024;
+
+/// Microseconds since the epoch, strictly increasing within this process, so that one
+/// producer's signals keep their order even within one microsecond.
+pub(crate) fn next_micros() -> i64 {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = Utc::now().timestamp_micros();
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+/// The precision of a written instant. Each dialect keeps the one its upstream writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Precision {
+    /// Whole seconds (Goblin and mux files).
+    Secs,
+    /// Microseconds (mailbox records).
+    Micros,
+}
+
+/// Now, as RFC 3339 in UTC (`Z`), at `precision`.
+pub(crate) fn now_rfc3339(precision: Precision) -> String {
+    let p = match precision {
+        Precision::Secs => SecondsFormat::Secs,
+        Precision::Micros => SecondsFormat::Micros,
+    };
+    Utc::now().to_rfc3339_opts(p, true)
+}
+
+/// Nanoseconds since the Unix epoch (negative before it).
+pub(crate) fn ns_of(t: SystemTime) -> i128 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    }
+}
+
+/// The instant `ns` nanoseconds after the Unix epoch (before it when negative).
+pub(crate) fn time_of(ns: i128) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos((-ns) as u64)
+    }
+}
+
+/// The settle rule (spec/mailbox.md §5, spec/goblin.md): an entry last changed (the later of
+/// mtime and ctime) less than `window` before `now` may still be being written.
+/// `Some(eligible_at)` while it is inside the window, `None` once it has settled.
+pub(crate) fn settling(stamp: &Stamp, window: Duration, now: SystemTime) -> Option<SystemTime> {
+    let eligible = stamp.changed_ns() + window.as_nanos() as i128;
+    (ns_of(now) < eligible).then(|| time_of(eligible))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamp(mtime_ns: i128, ctime_ns: i128) -> Stamp {
+        Stamp {
+            dev: 0,
+            ino: 0,
+            size: 0,
+            nlink: 1,
+            mtime_ns,
+            ctime_ns,
+        }
+    }
+
+    #[test]
+    fn micros_strictly_increase() {
+        let a = next_micros();
+        let b = next_micros();
+        assert!(b > a);
+    }
+
+    #[test]
+    fn instants_round_trip_on_both_sides_of_the_epoch() {
+        for ns in [-1_500_000_000_i128, 0, 1, 1_700_000_000_123_456_789] {
+            assert_eq!(ns_of(time_of(ns)), ns);
+        }
+    }
+
+    #[test]
+    fn an_entry_settles_a_window_after_its_last_change() {
+        let w = Duration::from_secs(2);
+        let at = |s: i128| time_of(s * 1_000_000_000);
+        // The later of mtime and ctime counts.
+        let st = stamp(10_000_000_000, 11_000_000_000);
+        assert_eq!(settling(&st, w, at(12)), Some(at(13)));
+        assert_eq!(settling(&st, w, at(13)), None);
+        assert_eq!(settling(&st, Duration::ZERO, at(11)), None);
+    }
+
+    #[test]
+    fn precisions_are_what_they_say() {
+        assert!(now_rfc3339(Precision::Secs).ends_with('Z'));
+        assert_eq!(now_rfc3339(Precision::Secs).len(), 20);
+        assert_eq!(now_rfc3339(Precision::Micros).len(), 27);
+    }
+}
