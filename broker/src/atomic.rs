@@ -1,5 +1,6 @@
 //! The two primitives every write in sigbox is made of: the atomic write and the claim.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -72,11 +73,11 @@ pub(crate) fn write_atomic(
     Ok(Placed::Done)
 }
 
-/// The outcome of [`claim`].
+/// The outcome of [`claim`], carrying what its `between` step returned when it won.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Claimed {
+pub(crate) enum Claimed<T> {
     /// This caller moved the file; it is now at `dest`.
-    Won,
+    Won(T),
     /// The source had already gone: another consumer won the race. Not an error.
     Lost,
     /// The destination exists; nothing moved.
@@ -98,9 +99,9 @@ pub(crate) fn claim<T>(
     src: &Path,
     dest: &Path,
     between: impl FnOnce() -> Result<T>,
-) -> Result<(Claimed, Option<T>)> {
+) -> Result<Claimed<T>> {
     let r = claim_unsynced(io, src, dest, between)?;
-    if r.0 == Claimed::Won {
+    if let Claimed::Won(_) = r {
         io.sync_dir(parent(dest)?)?;
         io.sync_dir(parent(src)?)?;
     }
@@ -115,14 +116,51 @@ pub(crate) fn claim_unsynced<T>(
     src: &Path,
     dest: &Path,
     between: impl FnOnce() -> Result<T>,
-) -> Result<(Claimed, Option<T>)> {
-    match io.rename_noreplace(src, dest)? {
-        Renamed::SourceGone => return Ok((Claimed::Lost, None)),
-        Renamed::DestExists => return Ok((Claimed::DestExists, None)),
-        Renamed::Done => {}
+) -> Result<Claimed<T>> {
+    Ok(match io.rename_noreplace(src, dest)? {
+        Renamed::SourceGone => Claimed::Lost,
+        Renamed::DestExists => Claimed::DestExists,
+        Renamed::Done => Claimed::Won(between()?),
+    })
+}
+
+/// How many names a move into a directory tries: its own, then fresh `.dup-` variants.
+const NAME_TRIES: usize = 4;
+
+/// A move into `dir` under `name`, or, while that destination is taken, under a fresh
+/// [`unique_variant`] of it (spec/mailbox.md §8, §9.2, §9.3): calls `attempt(try, dest)` with
+/// `try` = 0 for the plain name, up to four times, until it returns `Some`. `attempt` returns
+/// `None` to ask for the next name. `Ok(None)` when every name was taken.
+pub(crate) fn with_fresh_names<R>(
+    dir: &Path,
+    name: &OsStr,
+    mut attempt: impl FnMut(usize, PathBuf) -> Result<Option<R>>,
+) -> Result<Option<R>> {
+    let mut dest = dir.join(name);
+    for n in 0..NAME_TRIES {
+        if let Some(r) = attempt(n, dest)? {
+            return Ok(Some(r));
+        }
+        dest = dir.join(unique_variant(name));
     }
-    let t = between()?;
-    Ok((Claimed::Won, Some(t)))
+    Ok(None)
+}
+
+/// `name` with a unique part inserted before its extension, for a destination that is taken:
+/// `<stem>.dup-<12 hex>.<ext>`, or `<name>.dup-<12 hex>` for a name without one.
+pub(crate) fn unique_variant(name: &OsStr) -> OsString {
+    let u = uuid::Uuid::now_v7().simple().to_string();
+    let s = name.to_string_lossy();
+    match s.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() && name.to_str().is_some() => {
+            OsString::from(format!("{stem}.dup-{}.{ext}", &u[20..]))
+        }
+        _ => {
+            let mut o = name.to_os_string();
+            o.push(format!(".dup-{}", &u[20..]));
+            o
+        }
+    }
 }
 
 fn parent(p: &Path) -> Result<&Path> {

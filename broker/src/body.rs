@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use chrono::{DateTime, FixedOffset};
+use chrono::{DateTime, FixedOffset, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
 use crate::clock::{self, Precision};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{self, Format};
-use crate::signal::{Signal, SignalType, Target};
+use crate::signal::{NewSignal, Signal, SignalType, Target};
 
 /// What a body says, before its type is known to be routable.
 #[derive(Clone, Debug)]
@@ -187,6 +187,42 @@ impl Signal {
             .map_err(|reason| Error::new(ErrorKind::InvalidSignal, Some(path), reason))?;
         Signal::from_body(body, name::signal_id(file_name), path)
     }
+}
+
+/// The canonical body of a signal sigbox sends (spec §3.2): one JSON object on one line, its
+/// fields in a fixed order (`id`, `type`, `target`, `message`, `from`, `iteration`,
+/// `created_at`), then the sender's own fields, which never override these.
+pub(crate) fn canonical_bytes(s: &NewSignal, id: &str, at: DateTime<Utc>) -> Vec<u8> {
+    let mut body = Map::new();
+    body.insert("id".into(), json!(id));
+    body.insert("type".into(), json!(s.signal_type.as_str()));
+    body.insert(
+        "target".into(),
+        match &s.target {
+            Target::All => json!("ALL"),
+            Target::None => Value::Null,
+            Target::Agent(a) => json!(a),
+        },
+    );
+    if let Some(m) = &s.message {
+        body.insert("message".into(), json!(m));
+    }
+    if let Some(f) = &s.from {
+        body.insert("from".into(), json!(f));
+    }
+    if let Some(i) = s.iteration {
+        body.insert("iteration".into(), json!(i));
+    }
+    body.insert(
+        "created_at".into(),
+        json!(at.to_rfc3339_opts(SecondsFormat::Micros, true)),
+    );
+    for (k, v) in &s.extra {
+        body.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    let mut bytes = serde_json::to_vec(&Value::Object(body)).expect("a JSON map serializes");
+    bytes.push(b'\n');
+    bytes
 }
 
 /// The field names of the handling block (upstream's `handling_metadata` schema), named once.

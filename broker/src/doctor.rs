@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::mailbox::{LAYOUT, MailboxOptions};
+use crate::mailbox::{LAYOUT, MailboxOptions, ProblemKind};
 use crate::name::{self, NameKind};
 
 /// How bad a finding is.
@@ -112,20 +112,19 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
         }
     }
     if let Ok(problems) = mb.problems() {
-        for (p, reason) in problems {
-            let severity = if reason.contains("waiting for the writer") {
-                Severity::Info
-            } else {
-                Severity::Problem
+        for p in problems {
+            let reason = p.reason();
+            let (severity, message) = match p.kind {
+                ProblemKind::Settling { .. } => (Severity::Info, reason),
+                _ => (
+                    Severity::Problem,
+                    format!("{reason}; the next checkpoint pass will quarantine it"),
+                ),
             };
             out.push(Finding {
                 severity,
-                path: p,
-                message: if severity == Severity::Problem {
-                    format!("{reason}; the next checkpoint pass will quarantine it")
-                } else {
-                    reason
-                },
+                path: p.path,
+                message,
             });
         }
     }
@@ -155,7 +154,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     }
     if let Ok(pending) = mb.pending() {
         for p in pending {
-            if crate::SignalType::parse(&p.type_name).is_none() {
+            if crate::signal::SignalType::parse(&p.type_name).is_none() {
                 out.push(Finding {
                     severity: Severity::Info,
                     path: p.path,
@@ -186,7 +185,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     if let Ok(processed) = mb.processed() {
         for s in processed {
             match s {
-                Ok(s) if !s.fields.contains_key("handling_metadata") => out.push(Finding {
+                Ok(s) if s.handling().is_none() => out.push(Finding {
                     severity: Severity::Info,
                     path: s.path,
                     message: "claimed but never annotated: a consumer crashed between its claim \

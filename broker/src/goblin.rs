@@ -432,8 +432,8 @@ impl Goblin {
         let src = self.dir.join(signal.name());
         let ts = Utc::now().format("%Y%m%dT%H%M%S%.6fZ");
         let dest = sub.join(format!("{}.{ts}", signal.name()));
-        match atomic::claim(&self.io, &src, &dest, || Ok(()))?.0 {
-            atomic::Claimed::Won => Ok(Some(dest)),
+        match atomic::claim(&self.io, &src, &dest, || Ok(()))? {
+            atomic::Claimed::Won(()) => Ok(Some(dest)),
             _ => Ok(None),
         }
     }

@@ -465,6 +465,21 @@ impl Io {
         .map_err(|e| Error::io(path, "cannot open presence lock", e))
     }
 
+    /// True when `path` is a directory, following a final symlink (`stat`).
+    pub(crate) fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
+    }
+
+    /// True when another open file description holds a lock on `path` (a non-blocking
+    /// exclusive `flock` fails); false when nobody does or the file cannot be opened. Takes
+    /// and releases the lock at once.
+    pub(crate) fn is_locked(&self, path: &Path) -> bool {
+        let Ok(file) = File::open(path) else {
+            return false;
+        };
+        matches!(file.try_lock(), Err(fs::TryLockError::WouldBlock))
+    }
+
     /// `unlink`; `Ok(false)` when the file is already gone.
     pub(crate) fn remove(&self, path: &Path) -> Result<bool> {
         self.check_poison(path)?;

@@ -87,7 +87,12 @@ fn run_vector(v: &Value) -> Result<(), String> {
                         (p[0].clone(), p[1].clone())
                     })
                     .collect();
-                if pass.buffered != want {
+                let got: Vec<(String, String)> = pass
+                    .buffered
+                    .iter()
+                    .map(|b| (b.id.clone(), b.agent.clone()))
+                    .collect();
+                if got != want {
                     return Err(format!("{ctx}: buffered {:?}", pass.buffered));
                 }
             }

@@ -245,7 +245,7 @@ fn crash_during_claim_from_buffer() {
             let p = mb.pass("Orchestrator", None).unwrap();
             // No agent holds presence here, so every targeted signal is buffered.
             assert_eq!(p.buffered.len(), 4, "{:?}", p.buffered);
-            assert!(p.buffered.iter().any(|(_, a)| a == "Planner"));
+            assert!(p.buffered.iter().any(|b| b.agent == "Planner"));
             p.delivered
                 .into_iter()
                 .map(|s| ("Orchestrator".to_string(), s.id))

@@ -188,7 +188,8 @@ fn ls(mb: &Mailbox, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
         })?;
     }
     if all {
-        for (path, reason) in mb.problems()? {
+        for p in mb.problems()? {
+            let (path, reason) = (p.path.clone(), p.reason());
             let v = json!({"kind": "settling_or_invalid", "path": path, "reason": reason});
             out.emit(&v, || format!("  --  {}  ({reason})", path.display()))?;
         }
@@ -362,8 +363,8 @@ fn demo(out: &mut Out) -> anyhow::Result<ExitCode> {
             v["agent"] = json!(agent);
             out.emit(&v, || format!("  {agent:<12} <- {}", signal_human(s)))?;
         }
-        for (id, who) in &pass.buffered {
-            say(out, format!("  buffered for {who}: {id}"))?;
+        for b in &pass.buffered {
+            say(out, format!("  buffered for {}: {}", b.agent, b.id))?;
         }
         if pass.delivered.is_empty() && pass.buffered.is_empty() {
             say(out, "  (nothing)".into())?;

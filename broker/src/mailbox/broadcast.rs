@@ -1,0 +1,185 @@
+//! Broadcasts (spec/mailbox.md §9.4, §9.5): delivered once per agent with an idempotent ack,
+//! archived into `processed/` when the quorum has acked, or at `finish` as partial.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::time::SystemTime;
+
+use serde_json::json;
+
+use super::layout::Layout;
+use super::report::{Finished, Pass};
+use super::route::Source;
+use super::{Mailbox, lossy};
+use crate::atomic::{self, Clobber, Placed};
+use crate::body::{Archived, Handled};
+use crate::clock::{self, Precision};
+use crate::error::Result;
+use crate::io::ReadOutcome;
+use crate::name;
+use crate::signal::{Signal, Target};
+
+impl Mailbox {
+    /// Delivers a broadcast to `agent` once: writes `acks/<id>/<agent>.ack` without replacing.
+    /// `None` when the agent has acked it before (in either ack form), or when the file is
+    /// gone or invalid (then it is quarantined and recorded in `pass`).
+    ///
+    /// **Durability:** the ack is written atomically and durably before the signal is
+    /// returned.
+    pub(super) fn ack_once(
+        &self,
+        name: &OsStr,
+        agent: &str,
+        pass: &mut Pass,
+    ) -> Result<Option<Signal>> {
+        let key = (agent.to_string(), name.to_os_string());
+        let remember = || {
+            self.acked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.clone());
+        };
+        if self
+            .acked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&key)
+        {
+            return Ok(None);
+        }
+        let fname = lossy(name);
+        let id = name::signal_id(&fname);
+        let ack_dir = self.layout.ack_dir(id);
+        let [ack, upstream_ack] = Layout::ack_names(agent).map(|n| ack_dir.join(n));
+        if self.io.stamp(&ack)?.is_some() || self.io.stamp(&upstream_ack)?.is_some() {
+            remember();
+            return Ok(None);
+        }
+        let inputs = &self.layout.inputs;
+        let src = inputs.join(name);
+        let reason = match self.io.read_untrusted(&src, self.opts.max_file_size)? {
+            ReadOutcome::Gone => return Ok(None),
+            ReadOutcome::Bytes(bytes, _) => match Signal::parse_file_bytes(&bytes, &src) {
+                Ok(sig) => {
+                    return self
+                        .write_ack(&ack_dir, &ack, id, agent, sig)
+                        .inspect(|_| remember());
+                }
+                Err(e) => e.reason().to_string(),
+            },
+            other => other.rejection().unwrap_or_default(),
+        };
+        self.quarantine_into(pass, inputs, name, &reason, agent)?;
+        Ok(None)
+    }
+
+    /// Writes `ack` (no-clobber) and returns `sig` when this write made it.
+    fn write_ack(
+        &self,
+        ack_dir: &std::path::Path,
+        ack: &std::path::Path,
+        id: &str,
+        agent: &str,
+        sig: Signal,
+    ) -> Result<Option<Signal>> {
+        if self.io.create_dir(ack_dir)? {
+            self.io.sync_dir(&self.layout.acks)?;
+        }
+        let body = json!({
+            "signal": id,
+            "agent": agent,
+            "acked_at": clock::now_rfc3339(Precision::Micros),
+        });
+        let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
+        bytes.push(b'\n');
+        let stage = atomic::stage_name(&self.layout.tmp, "ack");
+        Ok(
+            match atomic::write_atomic(&self.io, &stage, ack, &bytes, Clobber::No)? {
+                Placed::Done => Some(sig),
+                Placed::Exists => None,
+            },
+        )
+    }
+
+    /// The agents that have acked broadcast `id` (sigbox's `.ack` and upstream's
+    /// `.ack.yaml`), sorted.
+    pub fn acked_by(&self, id: &str) -> Result<Vec<String>> {
+        let mut out: Vec<String> = self
+            .io
+            .list(&self.layout.ack_dir(id), true)?
+            .into_iter()
+            .filter_map(|e| Layout::ack_agent(e.name.to_str()?).map(String::from))
+            .collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// The quorum agents that have not acked the broadcast in `inputs/<name>`.
+    fn unacked(&self, name: &OsStr) -> Result<Vec<String>> {
+        let acked: HashSet<String> = self
+            .acked_by(name::signal_id(&lossy(name)))?
+            .into_iter()
+            .collect();
+        Ok(self
+            .opts
+            .quorum
+            .iter()
+            .filter(|q| !acked.contains(*q))
+            .cloned()
+            .collect())
+    }
+
+    /// Archives the broadcast in `inputs/<name>` when the whole quorum has acked it; its id
+    /// when this call archived it.
+    pub(super) fn archive_if_acked(&self, name: &OsStr, agent: &str) -> Result<Option<String>> {
+        if !self.unacked(name)?.is_empty() {
+            return Ok(None);
+        }
+        let archived = self.archive(name, agent, Archived::Delivered, &[])?;
+        Ok(archived.then(|| name::signal_id(&lossy(name)).to_string()))
+    }
+
+    /// Archives a broadcast into `processed/` with its delivery status.
+    fn archive(
+        &self,
+        name: &OsStr,
+        agent: &str,
+        status: Archived,
+        unacked: &[String],
+    ) -> Result<bool> {
+        let extra = Handled::Archived(status, unacked).fields(agent);
+        let mut scratch = Pass::default();
+        let inputs = &self.layout.inputs;
+        let r = self.claim_into_processed(inputs, name, agent, extra, &mut scratch, None)?;
+        Ok(r.is_some())
+    }
+
+    /// Archives every pending broadcast at session end: `delivered` when the quorum acked,
+    /// else `partial` with the agents that did not.
+    pub fn finish(&self, agent: &str) -> Result<Vec<Finished>> {
+        self.check_agent(agent)?;
+        let all = |t: &str| t == "ALL";
+        let scan = self.scan(&self.layout.inputs, Source::Inputs, &all, SystemTime::now())?;
+        let mut out = Vec::new();
+        for item in scan.items {
+            if item.target != Target::All {
+                continue;
+            }
+            let unacked = self.unacked(&item.name)?;
+            let status = if unacked.is_empty() {
+                Archived::Delivered
+            } else {
+                Archived::Partial
+            };
+            if self.archive(&item.name, agent, status, &unacked)? {
+                out.push(Finished {
+                    id: name::signal_id(&lossy(&item.name)).to_string(),
+                    status,
+                    unacked,
+                });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,376 @@
+//! The claim (spec/mailbox.md §9.2, §9.3, §9.6): a no-clobber rename into `processed/`, the
+//! handling record appended in place, the group commit that makes a pass's claims durable
+//! together, the orchestrator's move into a buffer, and the recovery of a move a crash
+//! interrupted.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::report::{Buffered, Pass, Rejection};
+use super::{Mailbox, lossy};
+use crate::atomic::{self, Claimed};
+use crate::body::{self, Handled};
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::ReadOutcome;
+use crate::name;
+use crate::signal::Signal;
+
+/// Claims per group commit: a pass makes its claims durable together, at most this many at a
+/// time (each keeps its file open until the commit).
+const GROUP_COMMIT: usize = 64;
+
+/// A signal claimed for delivery.
+pub(super) struct Delivery {
+    pub(super) signal: Signal,
+    /// The source directory of its claim while that claim is not durable (it joined a batch
+    /// not yet committed); `None` once durable.
+    pending: Option<PathBuf>,
+}
+
+impl Delivery {
+    /// A delivery that is durable as made (a broadcast's ack).
+    pub(super) fn durable(signal: Signal) -> Delivery {
+        Delivery {
+            signal,
+            pending: None,
+        }
+    }
+}
+
+/// The claims of a pass not yet durable, and the pass's deliveries in order.
+#[derive(Default)]
+pub(super) struct Batch {
+    /// Appended handling blocks, to fdatasync.
+    files: Vec<(PathBuf, File)>,
+    /// Directories to fsync after `processed/`, in order: the claims' source directories,
+    /// with `inputs/` before any buffer (spec/mailbox.md §9.2).
+    dirs: Vec<PathBuf>,
+    /// Claims since the last commit.
+    claims: usize,
+    /// Deliveries in FIFO order.
+    deliveries: Vec<Delivery>,
+    /// How many of `deliveries` are known durable (a prefix: a commit that succeeds makes all
+    /// durable).
+    durable: usize,
+}
+
+impl Batch {
+    /// Adds a delivery, in FIFO order.
+    pub(super) fn push(&mut self, d: Delivery) {
+        self.deliveries.push(d);
+    }
+
+    /// True when the batch holds as many uncommitted claims as one commit takes.
+    pub(super) fn is_full(&self) -> bool {
+        self.claims >= GROUP_COMMIT
+    }
+
+    /// The deliveries that are durable, in FIFO order: what may be handed over.
+    pub(super) fn into_durable(self) -> impl Iterator<Item = Signal> {
+        self.deliveries
+            .into_iter()
+            .filter(|d| d.pending.is_none())
+            .map(|d| d.signal)
+    }
+}
+
+/// What annotating a claimed file found in it.
+enum Recorded {
+    /// A valid signal, annotated.
+    Signal(Signal),
+    /// Not a valid signal: quarantined from `processed/`.
+    Rejected(Rejection),
+    /// Gone, or taken by another process before it could be quarantined.
+    Gone,
+}
+
+impl Mailbox {
+    /// Makes the batch's claims durable (group commit): fdatasync every appended handling
+    /// block and fsync `processed/`, all in flight together, then each directory of
+    /// `batch.dirs` in order (`inputs/` before a buffer). A claim is durable once its source
+    /// directory is synced: when the commit then fails on another directory, the claims
+    /// already durable are still handed over.
+    pub(super) fn commit(&self, batch: &mut Batch) -> Result<()> {
+        if batch.claims > 0 {
+            // Closed when the syncs are done, whatever their outcome.
+            let files = std::mem::take(&mut batch.files);
+            self.io.sync_together(&files, &self.layout.processed)?;
+            while let Some(dir) = batch.dirs.first() {
+                self.io.sync_dir(dir)?;
+                for d in &mut batch.deliveries[batch.durable..] {
+                    if d.pending.as_ref() == Some(dir) {
+                        d.pending = None;
+                    }
+                }
+                batch.dirs.remove(0);
+            }
+            batch.claims = 0;
+        }
+        // Every delivery is durable now: the batch's claims just committed; the rest (acks,
+        // claims that finished an interrupted one) were synced when made.
+        debug_assert!(batch.deliveries.iter().all(|d| d.pending.is_none()));
+        batch.durable = batch.deliveries.len();
+        Ok(())
+    }
+
+    /// Claims `dir/name` for delivery to `agent`, in `batch` (durable at its commit). `None`
+    /// when another consumer won, or when the file turned out invalid (then it is quarantined
+    /// and recorded in `pass`).
+    pub(super) fn claim(
+        &self,
+        dir: &Path,
+        name: &OsStr,
+        agent: &str,
+        pass: &mut Pass,
+        batch: &mut Batch,
+    ) -> Result<Option<Delivery>> {
+        let extra = Handled::Delivered.fields(agent);
+        self.claim_into_processed(dir, name, agent, extra, pass, Some(batch))
+    }
+
+    /// The claim: rename into `processed/` without replacing, append the handling record
+    /// `extra`, fsync `processed/`, then the source directory; with a `batch`, the fsyncs are
+    /// left to its commit.
+    pub(super) fn claim_into_processed(
+        &self,
+        dir: &Path,
+        name: &OsStr,
+        agent: &str,
+        extra: Map<String, Value>,
+        pass: &mut Pass,
+        mut batch: Option<&mut Batch>,
+    ) -> Result<Option<Delivery>> {
+        let src = dir.join(name);
+        let processed = &self.layout.processed;
+        let found = atomic::with_fresh_names(processed, name, |attempt, dest| {
+            let (claimed, pending) = match batch.as_deref_mut() {
+                Some(b) => {
+                    let annotate = || self.annotate(&dest, name, &extra, agent, Some(&mut b.files));
+                    let claimed = atomic::claim_unsynced(&self.io, &src, &dest, annotate)?;
+                    if let Claimed::Won(_) = claimed {
+                        b.claims += 1;
+                        // A buffered signal left inputs/ by the orchestrator's move, whose
+                        // fsync of inputs/ may not have happened yet (it died in between, or
+                        // has not got there). Until that removal is durable, a power loss can
+                        // bring the signal back to inputs/, to be buffered and delivered again:
+                        // inputs/ is synced before the buffer, so before the hand-over.
+                        let inputs = &self.layout.inputs;
+                        if dir != inputs && !b.dirs.contains(inputs) {
+                            b.dirs.push(inputs.clone());
+                        }
+                        if !b.dirs.iter().any(|d| d == dir) {
+                            b.dirs.push(dir.to_path_buf());
+                        }
+                    }
+                    (claimed, Some(dir.to_path_buf()))
+                }
+                None => {
+                    let annotate = || self.annotate(&dest, name, &extra, agent, None);
+                    (atomic::claim(&self.io, &src, &dest, annotate)?, None)
+                }
+            };
+            let (recorded, pending) = match claimed {
+                Claimed::Lost => return Ok(Some(None)),
+                Claimed::Won(recorded) => (recorded, pending),
+                Claimed::DestExists => {
+                    // Finishing an interrupted claim fsyncs both directories: commit first.
+                    if let Some(b) = batch.as_deref_mut() {
+                        self.commit(b)?;
+                    }
+                    if attempt > 0 {
+                        return Ok(None); // a `.dup-` name taken too: try another
+                    }
+                    match self.finish_interrupted(dir, &src, &dest, name, &extra, agent)? {
+                        // Synced when made: durable at once.
+                        Some(recorded) => (recorded, None),
+                        None => return Ok(None), // a different signal: try a fresh name
+                    }
+                }
+            };
+            Ok(Some(match recorded {
+                Recorded::Signal(mut signal) => {
+                    // The handling metadata just appended, in the delivered record too.
+                    signal.fields.extend(extra.clone());
+                    Some(Delivery { signal, pending })
+                }
+                Recorded::Rejected(rej) => {
+                    pass.rejected.push(rej);
+                    None
+                }
+                Recorded::Gone => None,
+            }))
+        })?;
+        found.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                Some(&src),
+                "cannot find a free name in processed/",
+            )
+        })
+    }
+
+    /// The destination of a claim is taken. When it holds this very signal (the same file
+    /// under two links, left by link+unlink, or a copy with the same fields), an earlier claim
+    /// was interrupted by a crash before it removed the source durably, so it was never handed
+    /// over: redo it, synced (spec §9.6). `None` when the destination holds a different
+    /// signal: the claim needs a fresh name.
+    fn finish_interrupted(
+        &self,
+        dir: &Path,
+        src: &Path,
+        dest: &Path,
+        name: &OsStr,
+        extra: &Map<String, Value>,
+        agent: &str,
+    ) -> Result<Option<Recorded>> {
+        let (Some(a), Some(b)) = (self.io.stamp(src)?, self.io.stamp(dest)?) else {
+            return Ok(Some(Recorded::Gone)); // the source went: another consumer resolved it
+        };
+        let same_file = (a.dev, a.ino) == (b.dev, b.ino);
+        if !same_file && !self.same_signal(src, dest)? {
+            return Ok(None);
+        }
+        if same_file {
+            // Two links to one file (left by link+unlink): rename between them is a no-op by
+            // POSIX, so drop the source link instead.
+            if !self.io.remove(src)? {
+                return Ok(Some(Recorded::Gone));
+            }
+        } else {
+            match self.io.rename_replace(src, dest) {
+                Ok(()) => {}
+                Err(e)
+                    if e.io_error()
+                        .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+                {
+                    return Ok(Some(Recorded::Gone));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let recorded = self.annotate(dest, name, extra, agent, None)?;
+        self.io.sync_dir(&self.layout.processed)?;
+        self.io.sync_dir(dir)?;
+        Ok(Some(recorded))
+    }
+
+    /// True when `a` and `b` hold the same signal (ignoring archive metadata).
+    pub(super) fn same_signal(&self, a: &Path, b: &Path) -> Result<bool> {
+        let read = |p: &Path| -> Result<Option<Map<String, Value>>> {
+            let ReadOutcome::Bytes(bytes, _) =
+                self.io.read_untrusted(p, self.opts.max_file_size)?
+            else {
+                return Ok(None);
+            };
+            let fname = p.file_name().unwrap_or_default().to_string_lossy();
+            Ok(body::signal_fields(&bytes, &fname))
+        };
+        Ok(match (read(a)?, read(b)?) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        })
+    }
+
+    /// Reads the claimed file at `dest`, and appends `extra` (handling metadata) to it, synced
+    /// at once, or with `defer`, left open there for the batch's commit to fdatasync. When the
+    /// file does not hold a valid signal it is quarantined.
+    fn annotate(
+        &self,
+        dest: &Path,
+        name: &OsStr,
+        extra: &Map<String, Value>,
+        agent: &str,
+        defer: Option<&mut Vec<(PathBuf, File)>>,
+    ) -> Result<Recorded> {
+        // One read-write descriptor reads the file and then appends the record; a file that
+        // cannot be opened for writing is read without one (and left unannotated below).
+        let (read, file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
+        let reason = match read {
+            ReadOutcome::Gone => return Ok(Recorded::Gone),
+            ReadOutcome::Bytes(bytes, _) => {
+                let fname = lossy(name);
+                let format = name::format_of(&fname);
+                // A record, not a bare body: after a crash the source may share the inode of an
+                // interrupted claim whose handling block was already appended.
+                match body::read_signal(&bytes, &fname, dest) {
+                    Ok(sig) => {
+                        // Appended in place, as upstream does: a claim allocates and frees no
+                        // inode (on ext4, creating files right after frees is slow, and that
+                        // would slow producers too).
+                        let tail = body::handling_tail(&bytes, format, extra);
+                        let appended = match (file, defer) {
+                            (Some(f), Some(files)) => self
+                                .io
+                                .append_to(&f, dest, &tail)
+                                .map(|()| files.push((dest.to_path_buf(), f))),
+                            (Some(f), None) => self
+                                .io
+                                .append_to(&f, dest, &tail)
+                                .and_then(|()| self.io.sync_data(&f, dest)),
+                            (None, Some(files)) => self
+                                .io
+                                .append_unsynced(dest, &tail)
+                                .map(|f| files.push((dest.to_path_buf(), f))),
+                            (None, None) => self.io.append(dest, &tail),
+                        };
+                        match appended {
+                            Ok(()) => {}
+                            // A file dropped with a private mode by another user: the claim
+                            // (a rename, which needs only the directories) stands; only the
+                            // annotation is lost.
+                            Err(e)
+                                if e.io_error().is_some_and(crate::sys::is_permission_denied) =>
+                            {
+                                tracing::warn!(file = %dest.display(), "cannot annotate the claimed file (permission denied); the claim stands");
+                            }
+                            Err(e) => return Err(e),
+                        }
+                        return Ok(Recorded::Signal(sig));
+                    }
+                    Err(reason) => reason,
+                }
+            }
+            other => other.rejection().unwrap_or_default(),
+        };
+        // Quarantine the file this claim holds: `dest` may carry a `.dup-` name, and the plain
+        // name may be an earlier, valid record that must stay where it is.
+        let parent = dest.parent().unwrap_or(&self.layout.processed);
+        let held = dest.file_name().unwrap_or(name);
+        Ok(match self.quarantine(parent, held, &reason, agent)? {
+            Some(rej) => Recorded::Rejected(rej),
+            None => Recorded::Gone,
+        })
+    }
+
+    /// Moves a signal for absent agent `agent` into `buffered/<agent>/` (spec §9.3).
+    pub(super) fn buffer(&self, name: &OsStr, agent: &str, pass: &mut Pass) -> Result<()> {
+        let dir = self.layout.buffer_dir(agent);
+        if self.io.create_dir(&dir)? {
+            self.io.sync_dir(&self.layout.buffered)?;
+        }
+        let src = self.layout.inputs.join(name);
+        atomic::with_fresh_names(&dir, name, |_, dest| {
+            match atomic::claim(&self.io, &src, &dest, || Ok(()))? {
+                Claimed::Lost => {}
+                Claimed::Won(()) => pass.buffered.push(Buffered {
+                    id: name::signal_id(&lossy(name)).to_string(),
+                    agent: agent.to_string(),
+                }),
+                Claimed::DestExists => {
+                    if !self.same_signal(&src, &dest)? {
+                        return Ok(None);
+                    }
+                    // A crash interrupted an earlier move of this very signal after the buffer
+                    // side became durable: finish it by dropping the source.
+                    self.io.remove(&src)?;
+                    self.io.sync_dir(&self.layout.inputs)?;
+                }
+            }
+            Ok(Some(()))
+        })?;
+        Ok(())
+    }
+}

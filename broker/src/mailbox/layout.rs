@@ -1,0 +1,142 @@
+//! The mailbox on disk (spec/mailbox.md §1): every directory and file name of a root, named
+//! once. Pure: paths only, no filesystem access.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+/// The directories of a mailbox root, in the order `init` creates them.
+pub const LAYOUT: [&str; 7] = [
+    "inputs",
+    "processed",
+    "acks",
+    "buffered",
+    "rejected",
+    "tmp",
+    "agents",
+];
+
+/// The directories `open` requires: without them a root is not a mailbox.
+pub(crate) const REQUIRED: [&str; 3] = ["inputs", "processed", "tmp"];
+
+/// The paths of one mailbox root.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    /// The root.
+    pub(crate) root: PathBuf,
+    /// `inputs/`: pending signals, the drop zone.
+    pub(crate) inputs: PathBuf,
+    /// `processed/`: claimed signals with their handling records.
+    pub(crate) processed: PathBuf,
+    /// `acks/<id>/<agent>.ack`: broadcast acknowledgements.
+    pub(crate) acks: PathBuf,
+    /// `buffered/<agent>/`: durable buffers of absent agents.
+    pub(crate) buffered: PathBuf,
+    /// `rejected/`: quarantine, each file with its reason.
+    pub(crate) rejected: PathBuf,
+    /// `tmp/`: staging for atomic writes.
+    pub(crate) tmp: PathBuf,
+    /// `agents/<agent>.lock`: presence.
+    pub(crate) agents: PathBuf,
+}
+
+impl Layout {
+    /// The layout of the mailbox at `root`.
+    pub(crate) fn new(root: &Path) -> Layout {
+        let [inputs, processed, acks, buffered, rejected, tmp, agents] =
+            LAYOUT.map(|d| root.join(d));
+        Layout {
+            root: root.to_path_buf(),
+            inputs,
+            processed,
+            acks,
+            buffered,
+            rejected,
+            tmp,
+            agents,
+        }
+    }
+
+    /// An agent's durable buffer, `buffered/<agent>/`.
+    pub(crate) fn buffer_dir(&self, agent: &str) -> PathBuf {
+        self.buffered.join(agent)
+    }
+
+    /// A broadcast's ack directory, `acks/<id>/`.
+    pub(crate) fn ack_dir(&self, id: &str) -> PathBuf {
+        self.acks.join(id)
+    }
+
+    /// The names of an agent's ack for a broadcast: sigbox's `<agent>.ack`, then upstream's
+    /// `<agent>.ack.yaml`.
+    pub(crate) fn ack_names(agent: &str) -> [String; 2] {
+        [format!("{agent}.ack"), format!("{agent}.ack.yaml")]
+    }
+
+    /// The agent an ack file name is for, when it is one (either form of
+    /// [`Layout::ack_names`]).
+    pub(crate) fn ack_agent(file_name: &str) -> Option<&str> {
+        file_name
+            .strip_suffix(".ack")
+            .or_else(|| file_name.strip_suffix(".ack.yaml"))
+    }
+
+    /// An agent's presence lock, `agents/<agent>.lock`.
+    pub(crate) fn lock_path(&self, agent: &str) -> PathBuf {
+        self.agents.join(format!("{agent}.lock"))
+    }
+
+    /// The reason file beside a quarantined file: `rejected/<name>.reason.json`.
+    pub(crate) fn reason_path(quarantined: &Path) -> PathBuf {
+        let mut why = quarantined.as_os_str().to_os_string();
+        why.push(REASON_SUFFIX);
+        PathBuf::from(why)
+    }
+
+    /// True for a reason file's name in `rejected/`.
+    pub(crate) fn is_reason_file(name: &OsStr) -> bool {
+        name.to_string_lossy().ends_with(REASON_SUFFIX)
+    }
+}
+
+const REASON_SUFFIX: &str = ".reason.json";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_directory_is_named_under_the_root() {
+        let l = Layout::new(Path::new("/r"));
+        let all = [
+            &l.inputs,
+            &l.processed,
+            &l.acks,
+            &l.buffered,
+            &l.rejected,
+            &l.tmp,
+            &l.agents,
+        ];
+        for (dir, name) in all.iter().zip(LAYOUT) {
+            assert_eq!(**dir, Path::new("/r").join(name));
+        }
+        assert_eq!(l.buffer_dir("Planner"), Path::new("/r/buffered/Planner"));
+        assert_eq!(l.lock_path("Planner"), Path::new("/r/agents/Planner.lock"));
+        assert_eq!(l.ack_dir("x"), Path::new("/r/acks/x"));
+    }
+
+    #[test]
+    fn ack_names_read_back_as_their_agent() {
+        for n in Layout::ack_names("Executor") {
+            assert_eq!(Layout::ack_agent(&n), Some("Executor"));
+        }
+        assert_eq!(Layout::ack_agent("Executor.lock"), None);
+    }
+
+    #[test]
+    fn reason_files_sit_beside_what_they_explain() {
+        let why = Layout::reason_path(Path::new("/r/rejected/a.yaml"));
+        assert_eq!(why, Path::new("/r/rejected/a.yaml.reason.json"));
+        assert!(Layout::is_reason_file(why.file_name().unwrap()));
+        assert!(!Layout::is_reason_file(OsStr::new("a.yaml")));
+    }
+}

@@ -1,0 +1,259 @@
+//! The Ralph mailbox (spec/mailbox.md): the handle, `open`/`init`, `send` and `gc`. Each part
+//! of the protocol has its own file:
+//!
+//! | file | owns | spec |
+//! |---|---|---|
+//! | `layout.rs` | directory and file names | §1 |
+//! | `options.rs` | the handle's settings | |
+//! | `report.rs` | what operations report | §6-§8 |
+//! | `scan.rs` | listing, FIFO order, settle window, listing reuse | §2, §4, §5 |
+//! | `route.rs` | the routing table, as a pure decision | §6 |
+//! | `pass.rs` | a checkpoint pass carrying out the decisions | §6, §9.2 |
+//! | `claim.rs` | claims, group commit, buffer moves, interrupted moves | §9.2, §9.3, §9.6 |
+//! | `broadcast.rs` | acks, archive, finish | §9.4, §9.5 |
+//! | `presence.rs` | presence locks | §7 |
+//! | `quarantine.rs` | moving invalid files aside | §8 |
+//! | `inspect.rs` | read-only views for `ls`, `log`, `doctor` | §3.4 |
+
+mod broadcast;
+mod claim;
+mod inspect;
+mod layout;
+mod options;
+mod pass;
+mod presence;
+mod quarantine;
+mod report;
+mod route;
+mod scan;
+
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+
+pub use layout::LAYOUT;
+pub(crate) use layout::Layout;
+pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
+pub use presence::Presence;
+pub use report::{Buffered, Finished, Pass, Pending, Problem, ProblemKind, Rejection};
+
+use crate::atomic::{self, Clobber, Placed};
+use crate::body;
+use crate::clock::{next_micros, ns_of};
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::Io;
+use crate::name;
+use crate::signal::{NewSignal, Target};
+use crate::sys::EntryKind;
+use layout::REQUIRED;
+use scan::ScanCache;
+
+/// A mailbox handle. Cheap to keep open; safe to share between threads.
+pub struct Mailbox {
+    layout: Layout,
+    opts: MailboxOptions,
+    io: Io,
+    /// Parsed dropped files and listings proven current (`scan.rs`).
+    scans: Mutex<ScanCache>,
+    /// Broadcasts this handle knows are acked, per agent (`broadcast.rs`).
+    acked: Mutex<HashSet<(String, OsString)>>,
+}
+
+impl std::fmt::Debug for Mailbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mailbox")
+            .field("root", &self.layout.root)
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+fn lossy(name: &OsStr) -> String {
+    name.to_string_lossy().into_owned()
+}
+
+impl MailboxOptions {
+    /// Opens an existing mailbox at `root`.
+    pub fn open(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
+        let mb = Mailbox::new(root.as_ref(), self.clone());
+        for dir in REQUIRED {
+            let p = mb.layout.root.join(dir);
+            if !mb.io.is_dir(&p) {
+                return Err(Error::new(
+                    ErrorKind::NotInitialized,
+                    Some(&p),
+                    "missing: not a sigbox mailbox (run `sigbox init`)",
+                ));
+            }
+        }
+        Ok(mb)
+    }
+
+    /// Creates the layout at `root` where it is missing (idempotent), then opens it.
+    ///
+    /// **Durability:** every directory created is fsynced into its parent.
+    pub fn init(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
+        let mut mb = Mailbox::new(root.as_ref(), self.clone());
+        if self.shared {
+            mb.io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
+        }
+        mb.io.create_dir_all_synced(&mb.layout.root, None)?;
+        let mut created = false;
+        for sub in LAYOUT {
+            created |= mb.io.create_dir(&mb.layout.root.join(sub))?;
+        }
+        if created {
+            mb.io.sync_dir(&mb.layout.root)?;
+        }
+        Ok(mb)
+    }
+}
+
+impl Mailbox {
+    /// Opens an existing mailbox with default options.
+    pub fn open(root: impl AsRef<Path>) -> Result<Mailbox> {
+        MailboxOptions::new().open(root)
+    }
+
+    /// Creates (idempotently) and opens a mailbox with default options.
+    pub fn init(root: impl AsRef<Path>) -> Result<Mailbox> {
+        MailboxOptions::new().init(root)
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.layout.root
+    }
+
+    fn new(root: &Path, mut opts: MailboxOptions) -> Mailbox {
+        if opts.reuse_listings && crate::sys::is_remote_fs(root) {
+            opts.reuse_listings = false;
+        }
+        let mut io = Io::new(&opts.io);
+        if crate::sys::is_shared_dir(root) {
+            io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
+        }
+        Mailbox {
+            layout: Layout::new(root),
+            opts,
+            io,
+            scans: Mutex::new(ScanCache::default()),
+            acked: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The drop zone, `inputs/`.
+    pub fn inputs_dir(&self) -> &Path {
+        &self.layout.inputs
+    }
+
+    /// An agent's durable buffer directory (it may not exist yet).
+    pub fn buffer_dir(&self, agent: &str) -> PathBuf {
+        self.layout.buffer_dir(agent)
+    }
+
+    /// The options this handle was opened with.
+    pub fn options(&self) -> &MailboxOptions {
+        &self.opts
+    }
+
+    /// True after a failed fsync: the handle refuses writes from then on.
+    pub fn is_poisoned(&self) -> bool {
+        self.io.is_poisoned()
+    }
+
+    /// True when the filesystem under the root delivers change events that a waiter can rely
+    /// on; false on network and FUSE filesystems, where waiting must poll.
+    pub fn events_reliable(&self) -> bool {
+        !crate::sys::is_remote_fs(&self.layout.root)
+    }
+
+    /// The directories a waiter for `agent` must watch: `inputs/` and the buffers.
+    pub fn watch_dirs(&self) -> [&Path; 2] {
+        [&self.layout.inputs, &self.layout.buffered]
+    }
+
+    /// True when `agent` is the orchestrator.
+    pub fn is_orchestrator(&self, agent: &str) -> bool {
+        agent == self.opts.orchestrator
+    }
+
+    fn check_agent(&self, agent: &str) -> Result<()> {
+        if crate::signal::valid_agent(agent) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::InvalidName,
+                Some(&self.layout.agents),
+                format!(
+                    "invalid agent name {agent:?}: a letter then up to 63 letters, digits, '_' \
+                     or '-'"
+                ),
+            ))
+        }
+    }
+
+    /// Sends a signal and returns its id.
+    ///
+    /// **Durability:** in durable mode the signal survives a crash or power loss once this
+    /// returns: the file is fsynced in `tmp/`, renamed into `inputs/` without replacing
+    /// anything, and `inputs/` is fsynced. Readers never see a partial file.
+    pub fn send(&self, s: &NewSignal) -> Result<String> {
+        if let Target::Agent(a) = &s.target {
+            self.check_agent(a)?;
+        }
+        let micros = next_micros();
+        let at = DateTime::from_timestamp_micros(micros).unwrap_or_else(Utc::now);
+        let unique = uuid::Uuid::now_v7().simple().to_string();
+        let type_name = s.signal_type.as_str();
+        let file = name::canonical_name(at, &unique, type_name, &s.target);
+        let id = name::signal_id(&file).to_string();
+        let bytes = body::canonical_bytes(s, &id, at);
+        let dest = self.layout.inputs.join(&file);
+        let stage = atomic::stage_name_from(&self.layout.tmp, &unique, "send");
+        match atomic::write_atomic(&self.io, &stage, &dest, &bytes, Clobber::No)? {
+            Placed::Done => {
+                tracing::debug!(%id, "sent");
+                Ok(id)
+            }
+            Placed::Exists => Err(Error::new(
+                ErrorKind::Io,
+                Some(&dest),
+                "a file with this unique name already exists",
+            )),
+        }
+    }
+
+    /// Removes staging files in `tmp/` older than `age`, at most `limit` per call. Returns how
+    /// many were removed. On ext4 without a journal, file creation slows down for minutes after
+    /// many inodes are freed (`spec/mailbox.md` §9.7): spread large clean-ups over time.
+    pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for e in self.io.list(&self.layout.tmp, false)? {
+            if removed >= limit {
+                break;
+            }
+            let p = self.layout.tmp.join(&e.name);
+            let Some(stamp) = self.io.stamp(&p)? else {
+                continue;
+            };
+            if e.kind != EntryKind::File && e.kind != EntryKind::Symlink {
+                continue;
+            }
+            if ns_of(now) - stamp.mtime_ns.max(stamp.ctime_ns) >= age.as_nanos() as i128
+                && self.io.remove(&p)?
+            {
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.io.sync_dir(&self.layout.tmp)?;
+        }
+        Ok(removed)
+    }
+}

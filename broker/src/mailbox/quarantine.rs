@@ -1,0 +1,104 @@
+//! Quarantine (spec/mailbox.md §8): a file that can never be delivered is moved into
+//! `rejected/` with a reason file beside it. Nothing is ever deleted.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::layout::Layout;
+use super::report::{Pass, Rejection};
+use super::{Mailbox, lossy};
+use crate::atomic::{self, Claimed, Clobber};
+use crate::clock::{self, Precision};
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::ReadOutcome;
+
+impl Mailbox {
+    /// Moves `dir/name` to `rejected/` and writes the reason beside it. `None` when another
+    /// process moved the file first.
+    pub(super) fn quarantine(
+        &self,
+        dir: &Path,
+        name: &OsStr,
+        reason: &str,
+        agent: &str,
+    ) -> Result<Option<Rejection>> {
+        let src = dir.join(name);
+        let found = atomic::with_fresh_names(&self.layout.rejected, name, |_, dest| {
+            let write_reason = || {
+                let body = json!({
+                    "file": lossy(name),
+                    "from": src.to_string_lossy(),
+                    "reason": reason,
+                    "rejected_at": clock::now_rfc3339(Precision::Micros),
+                    "rejected_by": agent,
+                });
+                let mut bytes = serde_json::to_vec_pretty(&body).expect("JSON serializes");
+                bytes.push(b'\n');
+                let stage = atomic::stage_name(&self.layout.tmp, "reason");
+                let why = Layout::reason_path(&dest);
+                atomic::write_atomic(&self.io, &stage, &why, &bytes, Clobber::Yes)
+            };
+            Ok(match atomic::claim(&self.io, &src, &dest, write_reason)? {
+                Claimed::Lost => Some(None),
+                Claimed::Won(_) => {
+                    tracing::warn!(file = %src.display(), reason, "quarantined");
+                    Some(Some(Rejection {
+                        name: lossy(name),
+                        path: dest,
+                        reason: reason.to_string(),
+                    }))
+                }
+                Claimed::DestExists => None,
+            })
+        })?;
+        found.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                Some(&src),
+                "cannot find a free name in rejected/",
+            )
+        })
+    }
+
+    /// [`Mailbox::quarantine`], recording the rejection in `pass`.
+    pub(super) fn quarantine_into(
+        &self,
+        pass: &mut Pass,
+        dir: &Path,
+        name: &OsStr,
+        reason: &str,
+        agent: &str,
+    ) -> Result<()> {
+        if let Some(r) = self.quarantine(dir, name, reason, agent)? {
+            pass.rejected.push(r);
+        }
+        Ok(())
+    }
+
+    /// Files in `rejected/` with their reasons.
+    pub fn rejected(&self) -> Result<Vec<Rejection>> {
+        let mut out = Vec::new();
+        for e in self.io.list(&self.layout.rejected, true)? {
+            if Layout::is_reason_file(&e.name) {
+                continue;
+            }
+            let path = self.layout.rejected.join(&e.name);
+            let why = Layout::reason_path(&path);
+            let reason = match self.io.read_untrusted(&why, self.opts.max_file_size)? {
+                ReadOutcome::Bytes(b, _) => serde_json::from_slice::<Value>(&b)
+                    .ok()
+                    .and_then(|v| v.get("reason").and_then(Value::as_str).map(String::from)),
+                _ => None,
+            };
+            out.push(Rejection {
+                name: lossy(&e.name),
+                path,
+                reason: reason.unwrap_or_else(|| "(no reason recorded)".into()),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}

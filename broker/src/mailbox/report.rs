@@ -1,0 +1,119 @@
+//! What the mailbox's operations report to their callers (spec/mailbox.md §6-§8): the outcome
+//! of a pass, pending and problem files, finished broadcasts. Pure data, at the bottom of the
+//! module: every other file of `mailbox/` may use it.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use crate::body::Archived;
+use crate::error::Error;
+use crate::signal::{Signal, Target};
+
+/// A file that a pass moved to `rejected/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The file's name as it was in the drop zone (lossy for non-UTF-8 names).
+    pub name: String,
+    /// Where it is now.
+    pub path: PathBuf,
+    /// Why it can never be delivered.
+    pub reason: String,
+}
+
+/// A signal the orchestrator moved into an absent agent's buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buffered {
+    /// The signal id.
+    pub id: String,
+    /// The agent whose buffer now holds it.
+    pub agent: String,
+}
+
+/// What one checkpoint pass did.
+#[non_exhaustive]
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Signals delivered to the agent, oldest first.
+    pub delivered: Vec<Signal>,
+    /// Signals the orchestrator moved to an absent agent's buffer.
+    pub buffered: Vec<Buffered>,
+    /// Broadcasts the orchestrator archived because the quorum had acked.
+    pub archived: Vec<String>,
+    /// Files moved to quarantine.
+    pub rejected: Vec<Rejection>,
+    /// True when the pass stopped early after a PAUSE or ABORT.
+    pub stopped: bool,
+    /// When a dropped file that is still settling becomes eligible: check again then.
+    pub next_check: Option<SystemTime>,
+    /// Set when the pass stopped early because of this error *after* delivering signals: the
+    /// signals in `delivered` are durably claimed and must be acted on; the error must be
+    /// reported too. (Without deliveries the pass returns the error itself.)
+    pub interrupted: Option<Error>,
+}
+
+/// A pending signal, as `ls` shows it.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    /// The signal id.
+    pub id: String,
+    /// The file.
+    pub path: PathBuf,
+    /// The instant FIFO order uses, in nanoseconds since the Unix epoch.
+    pub instant: i128,
+    /// The type as written.
+    pub type_name: String,
+    /// The target.
+    pub target: Target,
+    /// For a buffered signal: whose buffer it is in.
+    pub buffered_for: Option<String>,
+}
+
+/// A file in `inputs/` that is not (yet) deliverable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The file.
+    pub path: PathBuf,
+    /// What is the matter with it.
+    pub kind: ProblemKind,
+}
+
+/// Why a file in `inputs/` is not deliverable.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// Changed within the settle window: possibly still being written (spec §5).
+    Settling {
+        /// When it becomes eligible if it does not change again.
+        until: SystemTime,
+        /// The settle window.
+        window: Duration,
+    },
+    /// Invalid: the next pass quarantines it (spec §8).
+    Invalid {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Problem {
+    /// The reason, in one line.
+    pub fn reason(&self) -> String {
+        match &self.kind {
+            ProblemKind::Settling { window, .. } => {
+                format!("changed less than {window:?} ago: waiting for the writer to finish")
+            }
+            ProblemKind::Invalid { reason } => reason.clone(),
+        }
+    }
+}
+
+/// What `finish` did with one broadcast.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// The signal id.
+    pub id: String,
+    /// Whether every quorum agent had acked.
+    pub status: Archived,
+    /// Quorum agents that had not acked.
+    pub unacked: Vec<String>,
+}
