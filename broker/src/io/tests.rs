@@ -1,0 +1,191 @@
+//! Unit tests of the seam: sized reads, group syncs, poisoning.
+
+use super::*;
+
+fn bytes(r: ReadOutcome) -> Vec<u8> {
+    match r {
+        ReadOutcome::Bytes(b, _) => b,
+        other => panic!("expected bytes, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_file_is_read_whole_whatever_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    for len in [0usize, 1, 164, 4096, 70_000] {
+        let p = dir.path().join(format!("f{len}"));
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        fs::write(&p, &data).unwrap();
+        assert_eq!(bytes(read_checked(&File::open(&p).unwrap(), 1 << 20)), data);
+        if len > 0 {
+            let over = read_checked(&File::open(&p).unwrap(), len as u64 - 1);
+            assert!(
+                matches!(over, ReadOutcome::TooLarge { size, .. } if size == len as u64),
+                "{over:?}"
+            );
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_file_longer_than_its_stat_size_is_read_to_its_end_within_the_cap() {
+    // procfs files report size 0 and hold more: the single sized read comes back longer
+    // than the size, and the rest is read on to the end.
+    let read = |cap| read_checked(&File::open("/proc/self/status").unwrap(), cap);
+    let all = bytes(read(1 << 20));
+    assert!(all.starts_with(b"Name:") && all.ends_with(b"\n"), "{all:?}");
+    assert!(matches!(
+        read(16),
+        ReadOutcome::TooLarge { size: 17, cap: 16 }
+    ));
+}
+
+#[test]
+fn a_claimed_file_keeps_one_descriptor_that_reads_and_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.json");
+    fs::write(&p, b"{\"type\":\"INFO\"}\n").unwrap();
+    let io = Io::new(IoOptions::new().durability(Durability::RelaxedNoFsync));
+    let (r, file) = io.read_claimed(&p, 1 << 20).unwrap();
+    assert_eq!(bytes(r), b"{\"type\":\"INFO\"}\n");
+    io.append_to(&file.unwrap(), &p, b"{\"h\":1}\n").unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"{\"type\":\"INFO\"}\n{\"h\":1}\n");
+
+    // Anything but a regular file comes back without a descriptor, as read_untrusted
+    // reports it.
+    let (r, file) = io.read_claimed(dir.path(), 1 << 20).unwrap();
+    assert!(matches!(r, ReadOutcome::NotRegular("a directory")) && file.is_none());
+    #[cfg(unix)]
+    {
+        let link = dir.path().join("l.json");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        let (r, file) = io.read_claimed(&link, 1 << 20).unwrap();
+        assert!(matches!(r, ReadOutcome::NotRegular("a symlink")) && file.is_none());
+        // A FIFO opens without blocking (no writer is waiting), and is never read.
+        let fifo = dir.path().join("f.json");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let (r, file) = io.read_claimed(&fifo, 1 << 20).unwrap();
+        assert!(matches!(r, ReadOutcome::NotRegular("a FIFO, socket or device")) && file.is_none());
+    }
+    let (r, file) = io.read_claimed(&dir.path().join("gone"), 1 << 20).unwrap();
+    assert!(matches!(r, ReadOutcome::Gone) && file.is_none());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn reads_leave_the_access_time_alone() {
+    use std::time::{Duration, SystemTime};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.json");
+    fs::write(&p, b"{\"type\":\"INFO\"}\n").unwrap();
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(946_684_800);
+    let backdate = || {
+        let f = File::options().write(true).open(&p).unwrap();
+        f.set_times(fs::FileTimes::new().set_accessed(old)).unwrap();
+    };
+    let atime = || fs::metadata(&p).unwrap().accessed().unwrap();
+    // The control: under `relatime` an access time older than the modification time is
+    // updated by the next read. A filesystem mounted `noatime` never does: nothing to test.
+    backdate();
+    fs::read(&p).unwrap();
+    if atime() == old {
+        eprintln!("skipped: this filesystem does not record access times");
+        return;
+    }
+    let io = Io::new(IoOptions::new().durability(Durability::RelaxedNoFsync));
+    backdate();
+    bytes(io.read_untrusted(&p, 1 << 20).unwrap());
+    assert_eq!(atime(), old, "read_untrusted");
+    let (r, file) = io.read_claimed(&p, 1 << 20).unwrap();
+    bytes(r);
+    assert!(file.is_some());
+    assert_eq!(atime(), old, "read_claimed");
+}
+
+/// A hook that records which thread synced what, and fails the syncs of `fail`.
+struct Syncs {
+    seen: std::sync::Mutex<Vec<(PathBuf, std::thread::ThreadId)>>,
+    fail: Vec<PathBuf>,
+}
+
+impl FsHook for Syncs {
+    fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
+        let (FsOp::SyncFile(p) | FsOp::SyncDir(p)) = op else {
+            return Ok(());
+        };
+        // Long enough that the syncs overlap, as real ones waiting on the device do.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        self.seen
+            .lock()
+            .unwrap()
+            .push((p.to_path_buf(), std::thread::current().id()));
+        if self.fail.iter().any(|f| f == p) {
+            return Err(io::Error::other("injected"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_group_of_syncs_is_in_flight_together_and_a_failure_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<(PathBuf, File)> = (0..8)
+        .map(|i| {
+            let p = dir.path().join(format!("f{i}"));
+            (p.clone(), File::create(&p).unwrap())
+        })
+        .collect();
+    let names = |seen: &[(PathBuf, std::thread::ThreadId)]| {
+        let mut v: Vec<_> = seen.iter().map(|(p, _)| p.clone()).collect();
+        v.sort();
+        v
+    };
+    let mut all: Vec<_> = files.iter().map(|(p, _)| p.clone()).collect();
+    all.push(dir.path().to_path_buf());
+    all.sort();
+
+    let hook = Arc::new(Syncs {
+        seen: Default::default(),
+        fail: vec![],
+    });
+    let io = Io::new(IoOptions::new().hook(hook.clone()));
+    io.sync_together(&files, dir.path()).unwrap();
+    let seen = hook.seen.lock().unwrap().clone();
+    assert_eq!(names(&seen), all, "each file and the directory, once");
+    let threads: std::collections::HashSet<_> = seen.iter().map(|(_, t)| *t).collect();
+    assert!(threads.len() > 1, "in flight together: {seen:?}");
+
+    // A failure is what comes back (not the refusals of syncs started after it), and the
+    // handle is poisoned.
+    let hook = Arc::new(Syncs {
+        seen: Default::default(),
+        fail: vec![files[5].0.clone()],
+    });
+    let io = Io::new(IoOptions::new().hook(hook.clone()));
+    let err = io.sync_together(&files, dir.path()).unwrap_err();
+    assert_eq!(err.path(), Some(files[5].0.as_path()), "{err}");
+    assert_ne!(err.kind(), ErrorKind::Poisoned, "{err}");
+    assert!(io.is_poisoned());
+
+    // One file: its sync, then the directory's, on the calling thread.
+    let hook = Arc::new(Syncs {
+        seen: Default::default(),
+        fail: vec![],
+    });
+    let io = Io::new(IoOptions::new().hook(hook.clone()));
+    io.sync_together(&files[..1], dir.path()).unwrap();
+    let seen = hook.seen.lock().unwrap().clone();
+    let me = std::thread::current().id();
+    assert_eq!(
+        seen,
+        vec![(files[0].0.clone(), me), (dir.path().to_path_buf(), me)]
+    );
+}
