@@ -81,6 +81,7 @@ mod tests {
             nlink: 1,
             mtime_ns,
             ctime_ns,
+            kind: crate::sys::EntryKind::File,
         }
     }
 

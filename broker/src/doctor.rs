@@ -1,10 +1,14 @@
-//! `doctor`: checks a mailbox root and explains every problem it finds.
+//! `doctor`: checks a mailbox root and explains every problem it finds, without changing
+//! anything (spec/mailbox.md §1, §5, §8, §9.7). Every read goes through the seam.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::mailbox::{LAYOUT, MailboxOptions, ProblemKind};
+use crate::clock::ns_of;
+use crate::io::{Io, IoOptions};
+use crate::mailbox::{LAYOUT, Layout, MailboxOptions, ProblemKind};
 use crate::name::{self, NameKind};
+use crate::sys::EntryKind;
 
 /// How bad a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -39,32 +43,44 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             message,
         })
     };
-    match std::fs::symlink_metadata(root) {
+    let io = Io::new(&IoOptions::new());
+    let layout = Layout::new(root);
+    match io.stamp(root) {
         Err(e) => {
             problem(
                 root,
-                format!("cannot read the root ({e}); create it with `sigbox init`"),
+                format!(
+                    "cannot read the root ({}); create it with `sigbox init`",
+                    e.reason()
+                ),
             );
             return out;
         }
-        Ok(m) if !m.is_dir() => {
+        Ok(None) => {
+            problem(
+                root,
+                "the root does not exist; create it with `sigbox init`".into(),
+            );
+            return out;
+        }
+        Ok(Some(m)) if m.kind != EntryKind::Dir => {
             problem(root, "the root is not a directory".into());
             return out;
         }
-        Ok(_) => {}
+        Ok(Some(_)) => {}
     }
     for dir in LAYOUT {
         let p = root.join(dir);
-        match std::fs::symlink_metadata(&p) {
-            Err(_) => problem(&p, "missing; run `sigbox init` to create the layout".into()),
-            Ok(m) if m.file_type().is_symlink() => problem(
+        match io.stamp(&p).ok().flatten().map(|m| m.kind) {
+            None => problem(&p, "missing; run `sigbox init` to create the layout".into()),
+            Some(EntryKind::Symlink) => problem(
                 &p,
                 "is a symlink: renames across it may leave the filesystem and lose atomicity; \
                  make it a real directory"
                     .into(),
             ),
-            Ok(m) if !m.is_dir() => problem(&p, "is not a directory".into()),
-            Ok(_) => {
+            Some(EntryKind::File | EntryKind::Special) => problem(&p, "is not a directory".into()),
+            Some(EntryKind::Dir) => {
                 if !crate::sys::writable(&p) {
                     problem(
                         &p,
@@ -79,12 +95,12 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
         }
     }
     if let (Some(a), Some(b)) = (
-        crate::sys::device(&root.join("tmp")),
-        crate::sys::device(&root.join("inputs")),
+        crate::sys::device(&layout.tmp),
+        crate::sys::device(&layout.inputs),
     ) && a != b
     {
         problem(
-            &root.join("tmp"),
+            &layout.tmp,
             "on a different filesystem from inputs/: the atomic rename from tmp/ would fail \
                  (EXDEV); keep the whole root on one filesystem"
                 .into(),
@@ -128,20 +144,16 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             });
         }
     }
-    let now = SystemTime::now();
+    let now = ns_of(SystemTime::now());
     let old = |p: &Path| {
-        std::fs::symlink_metadata(p)
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > STALE)
+        io.stamp(p)
+            .ok()
+            .flatten()
+            .is_some_and(|m| now - m.mtime_ns > STALE.as_nanos() as i128)
     };
-    for e in std::fs::read_dir(root.join("inputs"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let p = e.path();
-        let n = e.file_name();
-        if name::classify(&n) == NameKind::InProgress && old(&p) {
+    for e in io.list(&layout.inputs, true).unwrap_or_default() {
+        let p = layout.inputs.join(&e.name);
+        if name::classify(&e.name) == NameKind::InProgress && old(&p) {
             out.push(Finding {
                 severity: Severity::Problem,
                 path: p,
@@ -166,16 +178,16 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             }
         }
     }
-    let stale_tmp = std::fs::read_dir(root.join("tmp"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| old(&e.path()))
+    let stale_tmp = io
+        .list(&layout.tmp, true)
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| old(&layout.tmp.join(&e.name)))
         .count();
     if stale_tmp > 0 {
         out.push(Finding {
             severity: Severity::Problem,
-            path: root.join("tmp"),
+            path: layout.tmp.clone(),
             message: format!(
                 "{stale_tmp} staging file(s) older than an hour, left by crashed writers; run \
                  `sigbox gc`"

@@ -26,21 +26,31 @@
 //! ```
 #![deny(missing_docs)]
 
-mod atomic;
-mod body;
+// The map of the crate, from the bottom up. Pure modules first (no filesystem access), then the
+// seam and what is built on it.
+
+// Vocabulary: what a signal is, its names on disk, its bytes, its instants, its errors.
+mod body; // bodies, records and the handling block (§3.2-§3.4)
 mod clock;
+mod error; // Error, ErrorKind: every error names its file and reason
+pub mod name; // file names: canonical and upstream forms (§2)
+mod signal; // SignalType, Target, Signal, NewSignal (spec/mailbox.md §3.1) // protocol instants, the settle rule, the size cap (§4, §5)
+
+// The filesystem: platform calls, the one seam every effect goes through, the two primitives.
+mod atomic;
+mod io; // Io: every effect, the hook, durability, poisoning (§9)
+mod sys; // platform differences: renameat2, getdents64, stamps // the atomic write and the claim (§9.1, §9.2)
+
+// The Ralph mailbox and its diagnosis.
 mod doctor;
-mod error;
-pub mod flux;
-pub mod goblin;
-mod io;
-pub mod lines;
-mod mailbox;
-pub mod mux;
-pub mod name;
-pub mod pilot;
-mod signal;
-mod sys;
+mod mailbox; // the mailbox, one file per spec section (spec/mailbox.md) // doctor: explains what is wrong with a root
+
+// The other dialects.
+pub mod flux; // Flux `flux:signal` lines and result documents (spec/streams.md)
+pub mod goblin; // Goblin `.goblin/` signal files (spec/goblin.md)
+mod lines; // the capped line splitter the stream parsers share
+pub mod mux; // mux `.signals/` files (spec/mux.md)
+pub mod pilot; // Pilot `pilot-signal` blocks (spec/streams.md)
 
 pub use body::{Archived, Handling};
 pub use doctor::{Finding, Severity, diagnose};

@@ -3,7 +3,7 @@
 
 /// One item out of the splitter.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Line<'a> {
+pub(crate) enum Line<'a> {
     /// A complete line (1-based number; without `\n`, and without a `\r` before it).
     Text(usize, &'a [u8]),
     /// A line longer than the cap: reported once, its bytes dropped. `len` is its full length.
@@ -16,7 +16,7 @@ pub enum Line<'a> {
 /// Splits a byte stream into lines. Only the unfinished tail of a line is buffered, and never
 /// more than `max_len` bytes of it.
 #[derive(Debug)]
-pub struct LineSplitter {
+pub(crate) struct LineSplitter {
     buf: Vec<u8>,
     max_len: usize,
     line_no: usize,
@@ -26,7 +26,7 @@ pub struct LineSplitter {
 
 impl LineSplitter {
     /// A splitter for lines of at most `max_len` bytes.
-    pub fn new(max_len: usize) -> LineSplitter {
+    pub(crate) fn new(max_len: usize) -> LineSplitter {
         LineSplitter {
             buf: Vec::new(),
             max_len,
@@ -36,12 +36,13 @@ impl LineSplitter {
     }
 
     /// The number of the last line handed out.
-    pub fn line_no(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn line_no(&self) -> usize {
         self.line_no
     }
 
     /// Feeds a chunk; calls `f` for each line it completes.
-    pub fn feed(&mut self, mut chunk: &[u8], f: &mut dyn FnMut(Line<'_>)) {
+    pub(crate) fn feed(&mut self, mut chunk: &[u8], f: &mut dyn FnMut(Line<'_>)) {
         while !chunk.is_empty() {
             let Some(nl) = memchr::memchr(b'\n', chunk) else {
                 self.push_partial(chunk);
@@ -78,7 +79,7 @@ impl LineSplitter {
     /// come as [`Line::Gap`] runs. Finding the needle and counting newlines are SIMD searches, so
     /// a stream with few interesting lines is read at close to memory speed. The line numbers
     /// and the events are exactly those of [`LineSplitter::feed`].
-    pub fn feed_sparse(
+    pub(crate) fn feed_sparse(
         &mut self,
         chunk: &[u8],
         needle: &memchr::memmem::Finder<'_>,
@@ -147,7 +148,7 @@ impl LineSplitter {
     }
 
     /// Ends the stream: a last line without a newline is still a line.
-    pub fn finish(&mut self, f: &mut dyn FnMut(Line<'_>)) {
+    pub(crate) fn finish(&mut self, f: &mut dyn FnMut(Line<'_>)) {
         if let Some(seen) = self.overflow.take() {
             self.line_no += 1;
             f(Line::TooLong(self.line_no, seen));

@@ -28,6 +28,8 @@ pub(crate) struct Stamp {
     pub(crate) nlink: u64,
     pub(crate) mtime_ns: i128,
     pub(crate) ctime_ns: i128,
+    /// What the entry is (never what a symlink points to).
+    pub(crate) kind: EntryKind,
 }
 
 impl Stamp {
@@ -50,6 +52,21 @@ pub(crate) enum EntryKind {
     Special,
 }
 
+impl EntryKind {
+    /// The kind of an entry of file type `ft` (from `lstat`: a symlink is a symlink).
+    pub(crate) fn of(ft: std::fs::FileType) -> EntryKind {
+        if ft.is_symlink() {
+            EntryKind::Symlink
+        } else if ft.is_dir() {
+            EntryKind::Dir
+        } else if ft.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Special
+        }
+    }
+}
+
 /// A directory entry as listed, without a `stat` when the platform gives the type.
 #[derive(Debug)]
 pub(crate) struct Entry {
@@ -65,14 +82,8 @@ pub(crate) fn list_dir_std(
 ) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let kind = match entry.file_type() {
-            Ok(ft) if ft.is_symlink() => EntryKind::Symlink,
-            Ok(ft) if ft.is_dir() => EntryKind::Dir,
-            Ok(ft) if ft.is_file() => EntryKind::File,
-            Ok(_) => EntryKind::Special,
-            // Vanished between readdir and stat: let the caller see it gone later.
-            Err(_) => EntryKind::File,
-        };
+        // Vanished between readdir and stat: let the caller see it gone later.
+        let kind = entry.file_type().map_or(EntryKind::File, EntryKind::of);
         each(entry.file_name(), kind);
     }
     Ok(())

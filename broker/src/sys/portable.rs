@@ -43,6 +43,7 @@ pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
             .map_or(0, |d| d.as_nanos() as i128)
     };
     Stamp {
+        kind: EntryKind::of(meta.file_type()),
         dev: 0,
         ino: 0,
         size: meta.len(),

@@ -148,6 +148,7 @@ pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
 pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
     use std::os::unix::fs::MetadataExt;
     Stamp {
+        kind: EntryKind::of(meta.file_type()),
         dev: meta.dev(),
         ino: meta.ino(),
         size: meta.size(),
