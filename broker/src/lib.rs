@@ -41,6 +41,7 @@ pub mod name;
 pub mod pilot;
 mod signal;
 mod sys;
+pub mod tap;
 
 pub use body::{Archived, Handling};
 pub use doctor::{Finding, Severity, diagnose};

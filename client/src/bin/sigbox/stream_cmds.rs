@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use serde_json::{Value, json};
-use sigbox::flux::{self, FluxEvent, FluxParser, Verdict};
+use serde_json::json;
+use sigbox::flux::{self, FluxEvent, FluxParser};
 use sigbox::pilot::{PilotEvent, PilotParser, PilotSummary, phase_progress};
-use sigbox::{Mailbox, NewSignal, SignalType, Target};
+use sigbox::{Mailbox, NewSignal, Target, tap};
 
 use crate::cli::{FluxCmd, PilotCmd};
 use crate::output::Out;
@@ -125,104 +125,6 @@ pub(crate) fn pilot(cmd: PilotCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The mailbox signal a Flux signal becomes (spec/streams.md, "tap").
-pub(crate) fn from_flux(s: &flux::FluxSignal) -> (SignalType, String) {
-    let detail = s
-        .summary
-        .clone()
-        .or_else(|| s.reason.clone())
-        .unwrap_or_default();
-    match (s.verdict, s.reason.as_deref()) {
-        (Verdict::Proceed, _) => (
-            SignalType::Info,
-            format!("flux: proceed {detail}").trim_end().to_string(),
-        ),
-        (Verdict::Hold, Some("needs_human")) => (
-            SignalType::Pause,
-            s.question().map_or_else(
-                || {
-                    format!("flux: needs a human {detail}")
-                        .trim_end()
-                        .to_string()
-                },
-                str::to_string,
-            ),
-        ),
-        (Verdict::Hold, Some("already_complete")) => (
-            SignalType::Steer,
-            format!(
-                "flux: already complete; jump to {}",
-                s.target_state().unwrap_or("?")
-            ),
-        ),
-        (Verdict::Hold, _) => (
-            SignalType::Pause,
-            format!("flux: hold {detail}").trim_end().to_string(),
-        ),
-        (Verdict::Rework, _) => (
-            SignalType::Steer,
-            format!("flux: rework {detail}").trim_end().to_string(),
-        ),
-        (Verdict::Abort, _) => (
-            SignalType::Abort,
-            format!("flux: abort {detail}").trim_end().to_string(),
-        ),
-    }
-}
-
-/// The mailbox signal a Pilot signal becomes.
-pub(crate) fn from_pilot(s: &sigbox::pilot::PilotSignal) -> (SignalType, String) {
-    let msg = s
-        .message
-        .clone()
-        .or_else(|| s.reason.clone())
-        .unwrap_or_default();
-    if s.is_exit() {
-        return match s.success {
-            Some(false) => (
-                SignalType::Abort,
-                format!("pilot: exit, failed: {msg}").trim_end().to_string(),
-            ),
-            _ => (
-                SignalType::Info,
-                format!("pilot: exit {msg}").trim_end().to_string(),
-            ),
-        };
-    }
-    match s.signal_type.as_str() {
-        "stagnation" => (
-            SignalType::Pause,
-            format!(
-                "pilot: stagnation at iteration {}/{} {}",
-                s.iteration.map_or("?".into(), |i| i.to_string()),
-                s.max_iterations.map_or("?".into(), |i| i.to_string()),
-                s.indicators
-                    .as_ref()
-                    .map_or(String::new(), |i| Value::Object(i.clone()).to_string())
-            )
-            .trim_end()
-            .to_string(),
-        ),
-        "status" => (
-            SignalType::Info,
-            format!(
-                "pilot: {} {}% {msg}",
-                if s.phase.is_empty() { "-" } else { &s.phase },
-                s.progress
-            )
-            .trim_end()
-            .to_string(),
-        ),
-        other => (
-            SignalType::Info,
-            format!("pilot: {other} {} {msg}", s.phase)
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" "),
-        ),
-    }
-}
-
 /// Shared state of the two pump threads.
 struct Tap {
     mailbox: Mailbox,
@@ -235,13 +137,9 @@ struct Tap {
 }
 
 impl Tap {
-    fn send(&self, ty: SignalType, message: String, source: &str, raw: Value) {
-        let mut s = NewSignal::new(ty);
-        s.target(self.to.clone())
-            .message(message)
-            .from(self.from.clone())
-            .field("source", json!(source))
-            .field("source_signal", raw);
+    /// Sends a mapped stream signal to `to`, from `from`.
+    fn send(&self, mut s: NewSignal) {
+        s.target(self.to.clone()).from(self.from.clone());
         if let Err(e) = self.mailbox.send(&s) {
             self.failed.store(true, Ordering::Relaxed);
             let _g = self.stderr.lock();
@@ -291,10 +189,7 @@ impl Tap {
     fn handle(&self, flux_events: Vec<FluxEvent>, pilot_events: Vec<PilotEvent>) {
         for e in flux_events {
             match e {
-                FluxEvent::Signal(s) => {
-                    let (ty, msg) = from_flux(&s);
-                    self.send(ty, msg, "flux", s.to_json());
-                }
+                FluxEvent::Signal(s) => self.send(tap::from_flux(&s)),
                 other => tracing::warn!(event = %other.to_json(), "flux: not a valid signal"),
             }
         }
@@ -320,8 +215,7 @@ impl Tap {
                         let _g = self.stderr.lock();
                         self.draw_bar(&mut std::io::stderr().lock());
                     }
-                    let (ty, msg) = from_pilot(&s);
-                    self.send(ty, msg, "pilot", s.to_json());
+                    self.send(tap::from_pilot(&s));
                 }
                 PilotEvent::Warning { line, message } => {
                     tracing::warn!(line, message, "pilot: block skipped")
