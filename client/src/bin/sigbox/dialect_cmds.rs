@@ -1,21 +1,20 @@
 //! `sigbox goblin ...` and `sigbox mux ...`.
 
-use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use sigbox::goblin::{self, FileState, Goblin, GoblinSignal, PipelineState, Stage};
+use sigbox::goblin::{self, FileState, Goblin, GoblinSignal, Stage, Step};
 use sigbox::mux::{self, MuxFields, MuxFormat, MuxStatus};
-use sigbox_client::DirWatch;
+use sigbox_client::{DirWatch, Waiter};
 
 use crate::cli::{GoblinCmd, MuxCmd};
 use crate::output::Out;
 
-/// How often a wait rescans when it has no events, and the backstop when it has.
+/// How often `mux check` rescans when it has no events, and the backstop when it has.
 const POLL: Duration = Duration::from_secs(1);
 const BACKSTOP: Duration = Duration::from_secs(30);
 
@@ -139,25 +138,9 @@ pub(crate) fn goblin(cmd: GoblinCmd, out: &mut Out) -> anyhow::Result<ExitCode> 
     }
 }
 
-/// A report is printed once per file version, not at every rescan.
-fn once_per(
-    seen: &mut HashSet<(GoblinSignal, i128, &'static str)>,
-    o: &goblin::Observed,
-    what: &'static str,
-) -> bool {
-    seen.insert((o.signal, o.mtime_ns, what))
-}
-
-/// `watch` prints JSON lines whatever the output mode: they are its interface.
-fn event(out: &mut Out, v: &Value) -> std::io::Result<()> {
-    out.line(&v.to_string())
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-#[allow(clippy::too_many_arguments)]
+/// `watch`: the broker's watch rule ([`Goblin::step`]) in a loop, sleeping between steps until
+/// `.goblin/` changes, a settling file's window ends, or the deadline. Its JSON lines are its
+/// interface, whatever the output mode.
 fn goblin_watch(
     worktree: &Path,
     stage: Option<String>,
@@ -169,132 +152,40 @@ fn goblin_watch(
 ) -> anyhow::Result<ExitCode> {
     let mut g = Goblin::open(worktree)?;
     g.settle(settle);
-    let saved = g.state();
-    let mut st = match stage {
-        Some(s) => PipelineState {
-            stage: parse_stage(&s)?,
-            retries: retries.unwrap_or(0),
-        },
-        None => {
-            let mut s = saved.unwrap_or(PipelineState {
-                stage: Stage::Scope,
-                retries: 0,
-            });
-            if let Some(r) = retries {
-                s.retries = r;
-            }
-            s
-        }
-    };
-    if Some(st) != saved {
-        g.save_state(st)?;
-    }
-    let watch = DirWatch::new(&[(g.dir(), false)]).ok();
+    let stage = stage.as_deref().map(parse_stage).transpose()?;
+    let mut watch = g.start_watch(stage, retries)?;
+    let mut waiter = Waiter::new();
+    waiter.settle_margin(Duration::from_millis(5));
+    let _ = waiter.watch(&[(g.dir(), false)]);
     let deadline = timeout.map(|t| Instant::now() + t);
-    let mut seen = HashSet::new();
     loop {
-        if st.stage.is_terminal() {
+        let stage = watch.state().stage;
+        if stage.is_terminal() {
             out.flush()?;
-            return Ok(ExitCode::from(if st.stage == Stage::Done { 0 } else { 3 }));
+            return Ok(ExitCode::from(if stage == Stage::Done { 0 } else { 3 }));
         }
-        if let Some(w) = &watch {
-            w.drain();
-        }
-        let mut next_check: Option<SystemTime> = None;
-        let mut candidates = Vec::new();
-        let mut others = Vec::new();
-        for o in g.scan()? {
-            match &o.state {
-                FileState::Settling(t) => {
-                    next_check = Some(next_check.map_or(*t, |n| n.min(*t)));
-                }
-                FileState::Invalid(reason) => {
-                    if once_per(&mut seen, &o, "invalid") {
-                        event(
-                            out,
-                            &json!({"event": "invalid", "signal": o.signal.name(),
-                                    "stage": st.stage.as_str(), "reason": reason, "at": now()}),
-                        )?;
-                    }
-                    others.push(o);
-                }
-                FileState::Ready(p) => {
-                    if goblin::next_stage(st.stage, o.signal, st.retries).is_some() {
-                        candidates.push((o.clone(), p.clone()));
-                    } else {
-                        if once_per(&mut seen, &o, "unexpected") {
-                            event(
-                                out,
-                                &json!({"event": "unexpected", "signal": o.signal.name(),
-                                        "stage": st.stage.as_str(), "payload": p.to_json(),
-                                        "reason": format!("no transition from {} on {}", st.stage.as_str(), o.signal.name()),
-                                        "at": now()}),
-                            )?;
-                        }
-                        others.push(o);
-                    }
-                }
+        waiter.drain();
+        let step = g.step(&mut watch, |e| {
+            out.line(&e.to_json().to_string())?;
+            if matches!(e, goblin::Event::Transition { .. }) {
+                out.flush()?;
             }
-        }
-        if !candidates.is_empty() {
-            // Several signals for this stage at once (approved and changes requested, say):
-            // the one written last wins; the others are set aside as stale and reported.
-            candidates.sort_by_key(|a| (a.0.mtime_ns, a.0.signal));
-            let (winner, payload) = candidates.pop().expect("not empty");
-            let (to, retries) =
-                goblin::next_stage(st.stage, winner.signal, st.retries).expect("a candidate");
-            for (o, _) in &candidates {
-                let moved = g.set_aside(o.signal, false)?;
-                event(
-                    out,
-                    &json!({"event": "conflict", "signal": o.signal.name(), "stage": st.stage.as_str(),
-                            "chosen": winner.signal.name(), "moved_to": moved, "at": now()}),
-                )?;
-            }
-            let consumed = g.set_aside(winner.signal, true)?;
-            // The next stage starts: signals left from earlier stages are stale.
-            for o in &others {
-                let moved = g.set_aside(o.signal, false)?;
-                event(
-                    out,
-                    &json!({"event": "stale", "signal": o.signal.name(), "stage": to.as_str(),
-                            "moved_to": moved, "at": now()}),
-                )?;
-            }
-            event(
-                out,
-                &json!({"event": "transition", "signal": winner.signal.name(),
-                        "from": st.stage.as_str(), "to": to.as_str(), "retries": retries,
-                        "payload": payload.to_json(), "consumed": consumed, "at": now()}),
-            )?;
-            out.flush()?;
-            st = PipelineState { stage: to, retries };
-            g.save_state(st)?;
-            if once {
-                return Ok(ExitCode::SUCCESS);
-            }
-            continue;
-        }
+            Ok::<_, anyhow::Error>(())
+        })?;
+        let next_check = match step {
+            Step::Advanced if once => return Ok(ExitCode::SUCCESS),
+            Step::Advanced => continue,
+            Step::Waiting { next_check } => next_check,
+        };
         out.flush()?;
-        let now_i = Instant::now();
-        if deadline.is_some_and(|d| now_i >= d) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
             return Ok(ExitCode::from(1));
         }
-        let mut sleep = if watch.is_some() { BACKSTOP } else { POLL };
-        if let Some(t) = next_check {
-            sleep = sleep.min(
-                t.duration_since(SystemTime::now()).unwrap_or_default() + Duration::from_millis(5),
-            );
-        }
-        if let Some(d) = deadline {
-            sleep = sleep.min(d.saturating_duration_since(now_i));
-        }
-        match &watch {
-            Some(w) => {
-                w.wait(sleep);
-            }
-            None => std::thread::sleep(sleep),
-        }
+        waiter.sleep(
+            next_check,
+            deadline.map(|d| d.saturating_duration_since(now)),
+        );
     }
 }
 
