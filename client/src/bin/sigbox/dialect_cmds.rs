@@ -9,14 +9,10 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use sigbox::goblin::{self, FileState, Goblin, GoblinSignal, Stage, Step};
 use sigbox::mux::{self, MuxFields, MuxFormat, MuxStatus};
-use sigbox_client::{DirWatch, Waiter};
+use sigbox_client::Waiter;
 
 use crate::cli::{GoblinCmd, MuxCmd};
 use crate::output::Out;
-
-/// How often `mux check` rescans when it has no events, and the backstop when it has.
-const POLL: Duration = Duration::from_secs(1);
-const BACKSTOP: Duration = Duration::from_secs(30);
 
 fn goblin_name(name: &str) -> anyhow::Result<GoblinSignal> {
     GoblinSignal::parse(name).with_context(|| {
@@ -249,14 +245,13 @@ pub(crate) fn mux_cmd(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
         } => {
             let (session, dir) = session_dirs(&project_root, &session, signals_dir.as_deref())?;
             let deadline = timeout.map(|t| Instant::now() + t);
-            let mut watch: Option<DirWatch> = None;
+            let mut waiter = Waiter::new();
+            waiter.poll(Duration::from_millis(200));
             loop {
-                if watch.is_none() && deadline.is_some() && session.is_dir() {
-                    watch = DirWatch::new(&[(&session, true)]).ok();
+                if !waiter.is_watching() && deadline.is_some() && session.is_dir() {
+                    let _ = waiter.watch(&[(&session, true)]);
                 }
-                if let Some(w) = &watch {
-                    w.drain();
-                }
+                waiter.drain();
                 let found = mux::find(&session, dir.as_deref());
                 warn_misplaced(&found);
                 let mut report = mux::check(&found, expected, require_pass);
@@ -274,13 +269,7 @@ pub(crate) fn mux_cmd(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
                         ExitCode::from(1)
                     });
                 }
-                let left = deadline.map_or(POLL, |d| d.saturating_duration_since(now_i));
-                match &watch {
-                    Some(w) => {
-                        w.wait(left.min(BACKSTOP));
-                    }
-                    None => std::thread::sleep(left.min(Duration::from_millis(200))),
-                }
+                waiter.sleep(None, deadline.map(|d| d.saturating_duration_since(now_i)));
             }
         }
         MuxCmd::Verify {
