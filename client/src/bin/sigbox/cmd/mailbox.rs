@@ -1,81 +1,24 @@
-//! The mailbox commands: init, send, poll, wait, ls, log, finish, gc, doctor, demo.
+//! The mailbox commands: init, send, poll, wait, ls, log, finish, gc, doctor.
 
 use std::io::Read;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use clap::CommandFactory;
+use anyhow::Context;
 use serde_json::{Value, json};
 use sigbox::{Mailbox, MailboxOptions, NewSignal, Severity, SignalType, Target};
 use sigbox_client::{Checkpoint, WaitMode};
 
-use crate::cli::{AgentArgs, Cli, Command, SendArgs, WaitArgs};
+use crate::cli::{AgentArgs, SendArgs, WaitArgs};
 use crate::output::{Out, age, signal_human, signal_json, target_json};
 
-pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    // `tap` writes the child's output from its own threads: it must not run while this thread
-    // holds the stdout lock that `Out` keeps.
-    if let Command::Tap { name, to, command } = &cli.command {
-        return crate::stream_cmds::tap(&cli.root, name, to, command);
-    }
-    let mut out = Out::new(cli.json);
-    let root = cli.root;
-    let code = match cli.command {
-        Command::Init { shared } => {
-            let mb = MailboxOptions::new().shared(shared).init(&root)?;
-            out.emit(&json!({"root": mb.root(), "initialized": true}), || {
-                format!("initialized {}", mb.root().display())
-            })?;
-            ExitCode::SUCCESS
-        }
-        Command::Send(args) => send(&Mailbox::open(&root)?, args, &mut out)?,
-        Command::Poll(args) => {
-            let mut cp = checkpoint(&root, &args)?;
-            let delivered = cp.poll()?;
-            print_signals(&mut out, &delivered)?;
-            if let Some(e) = cp.take_error() {
-                return Err(e.into());
-            }
-            ExitCode::SUCCESS
-        }
-        Command::Wait(args) => wait(&root, args, &mut out)?,
-        Command::Ls { all } => ls(&Mailbox::open(&root)?, all, &mut out)?,
-        Command::Log => log(&Mailbox::open(&root)?, &mut out)?,
-        Command::Finish { agent } => {
-            for f in Mailbox::open(&root)?.finish(&agent)? {
-                out.emit(
-                    &json!({"id": f.id, "status": f.status.as_str(), "unacked": f.unacked}),
-                    || match f.unacked.len() {
-                        0 => format!("{}  {}", f.status, f.id),
-                        _ => format!("{}  {}  unacked: {}", f.status, f.id, f.unacked.join(", ")),
-                    },
-                )?;
-            }
-            ExitCode::SUCCESS
-        }
-        Command::Gc { older_than, limit } => {
-            let n = Mailbox::open(&root)?.gc(older_than, limit)?;
-            out.emit(&json!({"removed": n}), || {
-                format!("removed {n} stale staging file(s)")
-            })?;
-            ExitCode::SUCCESS
-        }
-        Command::Doctor => doctor(&root, &mut out)?,
-        Command::Completions { shell } => {
-            let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "sigbox", &mut std::io::stdout());
-            ExitCode::SUCCESS
-        }
-        Command::Demo => demo(&mut out)?,
-        Command::Goblin(cmd) => crate::dialect_cmds::goblin(cmd, &mut out)?,
-        Command::Mux(cmd) => crate::dialect_cmds::mux_cmd(cmd, &mut out)?,
-        Command::Flux(cmd) => crate::stream_cmds::flux(cmd, &mut out)?,
-        Command::Pilot(cmd) => crate::stream_cmds::pilot(cmd, &mut out)?,
-        Command::Tap { .. } => unreachable!("handled above"),
-    };
-    out.flush()?;
-    Ok(code)
+pub(crate) fn init(root: &Path, shared: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mb = MailboxOptions::new().shared(shared).init(root)?;
+    out.emit(&json!({"root": mb.root(), "initialized": true}), || {
+        format!("initialized {}", mb.root().display())
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn parse_type(s: &str) -> anyhow::Result<SignalType> {
@@ -87,7 +30,8 @@ fn parse_type(s: &str) -> anyhow::Result<SignalType> {
     })
 }
 
-fn send(mb: &Mailbox, args: SendArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mb = Mailbox::open(root)?;
     let ty = parse_type(&args.signal_type)?;
     let target = if args.no_target {
         Target::None
@@ -120,7 +64,17 @@ fn send(mb: &Mailbox, args: SendArgs, out: &mut Out) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-fn checkpoint(root: &std::path::Path, args: &AgentArgs) -> anyhow::Result<Checkpoint> {
+pub(crate) fn poll(root: &Path, args: &AgentArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mut cp = checkpoint(root, args)?;
+    let delivered = cp.poll()?;
+    print_signals(out, &delivered)?;
+    if let Some(e) = cp.take_error() {
+        return Err(e.into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn checkpoint(root: &Path, args: &AgentArgs) -> anyhow::Result<Checkpoint> {
     let mut cp = Checkpoint::open(root, &args.agent)?;
     cp.state(args.state.as_deref());
     Ok(cp)
@@ -133,7 +87,7 @@ fn print_signals(out: &mut Out, signals: &[sigbox::Signal]) -> anyhow::Result<()
     Ok(())
 }
 
-fn wait(root: &std::path::Path, args: WaitArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+pub(crate) fn wait(root: &Path, args: WaitArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mut cp = checkpoint(root, &args.agent)?;
     if let Some(p) = args.poll_interval {
         cp.wait_mode(WaitMode::Poll(p));
@@ -150,7 +104,8 @@ fn wait(root: &std::path::Path, args: WaitArgs, out: &mut Out) -> anyhow::Result
     })
 }
 
-fn ls(mb: &Mailbox, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
+pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mb = Mailbox::open(root)?;
     for p in mb.pending()? {
         if p.buffered_for.is_some() && !all {
             continue;
@@ -161,7 +116,7 @@ fn ls(mb: &Mailbox, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
             "pending"
         };
         let acked: Vec<String> = if all && p.target == Target::All {
-            acks_of(mb, &p.id)
+            acks_of(&mb, &p.id)
         } else {
             Vec::new()
         };
@@ -216,7 +171,8 @@ fn acks_of(mb: &Mailbox, id: &str) -> Vec<String> {
     v
 }
 
-fn log(mb: &Mailbox, out: &mut Out) -> anyhow::Result<ExitCode> {
+pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mb = Mailbox::open(root)?;
     for rec in mb.processed()? {
         match rec {
             Ok(s) => {
@@ -262,7 +218,7 @@ fn log(mb: &Mailbox, out: &mut Out) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn doctor(root: &std::path::Path, out: &mut Out) -> anyhow::Result<ExitCode> {
+pub(crate) fn doctor(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
     let findings = sigbox::diagnose(root, &MailboxOptions::new());
     let problems = findings
         .iter()
@@ -291,92 +247,28 @@ fn doctor(root: &std::path::Path, out: &mut Out) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// A tour of the routing table on a fresh mailbox in a temporary directory.
-fn demo(out: &mut Out) -> anyhow::Result<ExitCode> {
-    let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let root = dir.path().join("signals");
-    let mb = Mailbox::init(&root)?;
-    let say = |out: &mut Out, s: String| -> anyhow::Result<()> {
-        if !out.json() {
-            out.line(&s)?;
-        }
-        Ok(())
-    };
-    say(out, format!("mailbox at {}", root.display()))?;
-    let send = |ty, target: Target, msg: &str| -> anyhow::Result<String> {
-        Ok(mb.send(NewSignal::new(ty).target(target).message(msg))?)
-    };
-    let exec = Target::Agent("Executor".into());
-    send(SignalType::Steer, exec.clone(), "prefer the v2 API")?;
-    send(SignalType::Info, Target::All, "CI is green again")?;
-    send(
-        SignalType::Steer,
-        Target::Agent("Planner".into()),
-        "split task 3",
-    )?;
-    send(
-        SignalType::Approve,
-        Target::Agent("Orchestrator".into()),
-        "ship it",
-    )?;
-    std::fs::write(
-        root.join("inputs/signal.260208-143000Z.yaml"),
-        "type: INFO\ntarget: Executor\nmessage: a person wrote this by hand\n",
-    )?;
-    send(SignalType::Pause, exec.clone(), "hold on")?;
-    send(SignalType::Resume, exec, "carry on")?;
-    say(
-        out,
-        "sent 6 signals and dropped 1 hand-written YAML file\n".into(),
-    )?;
+pub(crate) fn finish(root: &Path, agent: &str, out: &mut Out) -> anyhow::Result<ExitCode> {
+    for f in Mailbox::open(root)?.finish(agent)? {
+        out.emit(
+            &json!({"id": f.id, "status": f.status.as_str(), "unacked": f.unacked}),
+            || match f.unacked.len() {
+                0 => format!("{}  {}", f.status, f.id),
+                _ => format!("{}  {}  unacked: {}", f.status, f.id, f.unacked.join(", ")),
+            },
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
-    let mut opts = MailboxOptions::new();
-    opts.settle(Duration::ZERO); // the hand-written file above is complete: no need to wait
-    let executor_present = opts.open(&root)?.presence("Executor")?;
-    let steps: [(&str, Option<&str>, &str); 6] = [
-        (
-            "Executor",
-            None,
-            "the executor's checkpoint (PAUSE ends the pass)",
-        ),
-        (
-            "Orchestrator",
-            Some("PLANNING"),
-            "the orchestrator (Planner absent: buffered)",
-        ),
-        ("Executor", None, "the executor again (after the PAUSE)"),
-        ("Planner", None, "the planner comes back (its buffer first)"),
-        (
-            "Orchestrator",
-            Some("KNOWLEDGE_APPROVAL"),
-            "the orchestrator in KNOWLEDGE_APPROVAL",
-        ),
-        ("Executor", None, "the executor once more: nothing twice"),
-    ];
-    let mb = opts.open(&root)?;
-    for (agent, state, what) in steps {
-        let pass = mb.pass(agent, state)?;
-        say(out, format!("== {what}"))?;
-        for s in &pass.delivered {
-            let mut v = signal_json(s);
-            v["agent"] = json!(agent);
-            out.emit(&v, || format!("  {agent:<12} <- {}", signal_human(s)))?;
-        }
-        for (id, who) in &pass.buffered {
-            say(out, format!("  buffered for {who}: {id}"))?;
-        }
-        if pass.delivered.is_empty() && pass.buffered.is_empty() {
-            say(out, "  (nothing)".into())?;
-        }
-    }
-    drop(executor_present);
-    let left = mb.pending()?.len();
-    say(
-        out,
-        format!("\npending now: {left} (the broadcast, until every quorum agent has acked)"),
-    )?;
-    if left > 1 {
-        bail!("demo: expected only the broadcast to remain, found {left} pending");
-    }
+pub(crate) fn gc(
+    root: &Path,
+    older_than: Duration,
+    limit: usize,
+    out: &mut Out,
+) -> anyhow::Result<ExitCode> {
+    let n = Mailbox::open(root)?.gc(older_than, limit)?;
+    out.emit(&json!({"removed": n}), || {
+        format!("removed {n} stale staging file(s)")
+    })?;
     Ok(ExitCode::SUCCESS)
 }
