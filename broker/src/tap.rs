@@ -24,6 +24,16 @@ pub fn from_pilot(s: &PilotSignal) -> NewSignal {
     signal(ty, message, "pilot", s.to_json())
 }
 
+/// The first of two optional texts, else the empty one.
+fn first_of(a: &Option<String>, b: &Option<String>) -> String {
+    a.clone().or_else(|| b.clone()).unwrap_or_default()
+}
+
+/// A message without the space an empty detail leaves at its end.
+fn trimmed(message: String) -> String {
+    message.trim_end().to_string()
+}
+
 fn signal(ty: SignalType, message: String, source: &str, raw: Value) -> NewSignal {
     let mut s = NewSignal::new(ty);
     s.message(message)
@@ -34,24 +44,13 @@ fn signal(ty: SignalType, message: String, source: &str, raw: Value) -> NewSigna
 
 /// The table's Flux rows.
 fn flux_row(s: &FluxSignal) -> (SignalType, String) {
-    let detail = s
-        .summary
-        .clone()
-        .or_else(|| s.reason.clone())
-        .unwrap_or_default();
+    let detail = first_of(&s.summary, &s.reason);
     match (s.verdict, s.reason.as_deref()) {
-        (Verdict::Proceed, _) => (
-            SignalType::Info,
-            format!("flux: proceed {detail}").trim_end().to_string(),
-        ),
+        (Verdict::Proceed, _) => (SignalType::Info, trimmed(format!("flux: proceed {detail}"))),
         (Verdict::Hold, Some("needs_human")) => (
             SignalType::Pause,
             s.question().map_or_else(
-                || {
-                    format!("flux: needs a human {detail}")
-                        .trim_end()
-                        .to_string()
-                },
+                || trimmed(format!("flux: needs a human {detail}")),
                 str::to_string,
             ),
         ),
@@ -62,63 +61,43 @@ fn flux_row(s: &FluxSignal) -> (SignalType, String) {
                 s.target_state().unwrap_or("?")
             ),
         ),
-        (Verdict::Hold, _) => (
-            SignalType::Pause,
-            format!("flux: hold {detail}").trim_end().to_string(),
-        ),
-        (Verdict::Rework, _) => (
-            SignalType::Steer,
-            format!("flux: rework {detail}").trim_end().to_string(),
-        ),
-        (Verdict::Abort, _) => (
-            SignalType::Abort,
-            format!("flux: abort {detail}").trim_end().to_string(),
-        ),
+        (Verdict::Hold, _) => (SignalType::Pause, trimmed(format!("flux: hold {detail}"))),
+        (Verdict::Rework, _) => (SignalType::Steer, trimmed(format!("flux: rework {detail}"))),
+        (Verdict::Abort, _) => (SignalType::Abort, trimmed(format!("flux: abort {detail}"))),
     }
 }
 
 /// The table's Pilot rows.
 fn pilot_row(s: &PilotSignal) -> (SignalType, String) {
-    let msg = s
-        .message
-        .clone()
-        .or_else(|| s.reason.clone())
-        .unwrap_or_default();
+    let msg = first_of(&s.message, &s.reason);
     if s.is_exit() {
         return match s.success {
             Some(false) => (
                 SignalType::Abort,
-                format!("pilot: exit, failed: {msg}").trim_end().to_string(),
+                trimmed(format!("pilot: exit, failed: {msg}")),
             ),
-            _ => (
-                SignalType::Info,
-                format!("pilot: exit {msg}").trim_end().to_string(),
-            ),
+            _ => (SignalType::Info, trimmed(format!("pilot: exit {msg}"))),
         };
     }
     match s.signal_type.as_str() {
         "stagnation" => (
             SignalType::Pause,
-            format!(
+            trimmed(format!(
                 "pilot: stagnation at iteration {}/{} {}",
                 s.iteration.map_or("?".into(), |i| i.to_string()),
                 s.max_iterations.map_or("?".into(), |i| i.to_string()),
                 s.indicators
                     .as_ref()
                     .map_or(String::new(), |i| Value::Object(i.clone()).to_string())
-            )
-            .trim_end()
-            .to_string(),
+            )),
         ),
         "status" => (
             SignalType::Info,
-            format!(
+            trimmed(format!(
                 "pilot: {} {}% {msg}",
                 if s.phase.is_empty() { "-" } else { &s.phase },
                 s.progress
-            )
-            .trim_end()
-            .to_string(),
+            )),
         ),
         other => (
             SignalType::Info,
