@@ -8,59 +8,12 @@ use serde_json::json;
 use sigbox::mux::{self, MuxFields, MuxFormat, MuxStatus};
 use sigbox_client::Waiter;
 
-use crate::cli::MuxCmd;
+use crate::cli::{MuxCmd, MuxSignalArgs};
 use crate::output::Out;
 
 pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
     match cmd {
-        MuxCmd::Signal {
-            signal,
-            status,
-            path,
-            size,
-            error,
-            trace_id,
-            version,
-            previous,
-            grade,
-            phase_num,
-            duration_seconds,
-            artifact,
-            format,
-            project_root,
-        } => {
-            let status = if status == "success" {
-                MuxStatus::Success
-            } else {
-                MuxStatus::Fail
-            };
-            let fields = MuxFields {
-                path,
-                size,
-                error,
-                trace_id,
-                version,
-                previous,
-                grade,
-                phase_num,
-                duration_seconds,
-                artifacts: artifact,
-            };
-            let format = if format == "kv" {
-                MuxFormat::Kv
-            } else {
-                MuxFormat::Json
-            };
-            let file = mux::write_signal(&project_root, &signal, status, &fields, format)?;
-            let shown = file
-                .strip_prefix(&project_root)
-                .unwrap_or(&file)
-                .to_path_buf();
-            out.emit(&json!({"path": shown, "status": status.as_str()}), || {
-                shown.display().to_string()
-            })?;
-            Ok(ExitCode::SUCCESS)
-        }
+        MuxCmd::Signal(args) => signal(args, out),
         MuxCmd::Check {
             session,
             expected,
@@ -110,6 +63,39 @@ pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             verify(&found, &action, out)
         }
     }
+}
+
+/// `signal`: writes the file and prints its path relative to the project root.
+fn signal(args: MuxSignalArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let status = if args.status == "success" {
+        MuxStatus::Success
+    } else {
+        MuxStatus::Fail
+    };
+    let fields = MuxFields {
+        path: args.path,
+        size: args.size,
+        error: args.error,
+        trace_id: args.trace_id,
+        version: args.version,
+        previous: args.previous,
+        grade: args.grade,
+        phase_num: args.phase_num,
+        duration_seconds: args.duration_seconds,
+        artifacts: args.artifact,
+    };
+    let format = if args.format == "kv" {
+        MuxFormat::Kv
+    } else {
+        MuxFormat::Json
+    };
+    let root = &args.project_root;
+    let file = mux::write_signal(root, &args.signal, status, &fields, format)?;
+    let shown = file.strip_prefix(root).unwrap_or(&file).to_path_buf();
+    out.emit(&json!({"path": shown, "status": status.as_str()}), || {
+        shown.display().to_string()
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A session directory and an optional signals directory, both kept inside the project root.
