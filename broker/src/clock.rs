@@ -31,6 +31,8 @@ pub(crate) fn next_micros() -> i64 {
 pub(crate) enum Precision {
     /// Whole seconds (Goblin and mux files).
     Secs,
+    /// Milliseconds (Goblin `watch` events).
+    Millis,
     /// Microseconds (mailbox records).
     Micros,
 }
@@ -39,6 +41,7 @@ pub(crate) enum Precision {
 pub(crate) fn now_rfc3339(precision: Precision) -> String {
     let p = match precision {
         Precision::Secs => SecondsFormat::Secs,
+        Precision::Millis => SecondsFormat::Millis,
         Precision::Micros => SecondsFormat::Micros,
     };
     Utc::now().to_rfc3339_opts(p, true)

@@ -3,10 +3,11 @@
 //! See `spec/goblin.md`. Writes go through the same atomic-write primitive as the mailbox
 //! (staged as a dot-file beside the target, fsynced, renamed, directory fsynced).
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use crate::atomic::{self, Clobber};
@@ -14,245 +15,11 @@ use crate::clock::{self, DEFAULT_MAX_FILE_SIZE, Precision};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{Io, IoOptions, ReadOutcome};
 
-/// The six Goblin signals.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum GoblinSignal {
-    /// Written by the scoper; SCOPE → BUILD.
-    ScopeComplete,
-    /// Written by the builder; BUILD → REVIEW.
-    BuildComplete,
-    /// Written by the reviewer; REVIEW → TEST.
-    ReviewApproved,
-    /// Written by the reviewer; REVIEW → BUILD (a retry).
-    ReviewChangesRequested,
-    /// Written by the tester; TEST → DONE.
-    TestPassed,
-    /// Written by the tester; TEST → REVIEW (a retry).
-    TestFailed,
-}
+mod signal;
+mod stage;
 
-/// The type a documented field must have.
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Timestamp,
-    Str,
-    Count,
-    Strings,
-    Issues,
-}
-
-impl GoblinSignal {
-    /// All six, in pipeline order.
-    pub const ALL: [GoblinSignal; 6] = [
-        GoblinSignal::ScopeComplete,
-        GoblinSignal::BuildComplete,
-        GoblinSignal::ReviewApproved,
-        GoblinSignal::ReviewChangesRequested,
-        GoblinSignal::TestPassed,
-        GoblinSignal::TestFailed,
-    ];
-
-    /// The file name.
-    pub fn name(self) -> &'static str {
-        match self {
-            GoblinSignal::ScopeComplete => "scope-complete",
-            GoblinSignal::BuildComplete => "build-complete",
-            GoblinSignal::ReviewApproved => "review-approved",
-            GoblinSignal::ReviewChangesRequested => "review-changes-requested",
-            GoblinSignal::TestPassed => "test-passed",
-            GoblinSignal::TestFailed => "test-failed",
-        }
-    }
-
-    /// Parses a file name; `None` for anything but the six names.
-    pub fn parse(name: &str) -> Option<GoblinSignal> {
-        GoblinSignal::ALL.into_iter().find(|s| s.name() == name)
-    }
-
-    fn fields(self) -> &'static [(&'static str, Kind)] {
-        use Kind::*;
-        match self {
-            GoblinSignal::ScopeComplete => {
-                &[("completed_at", Timestamp), ("scope_result_hash", Str)]
-            }
-            GoblinSignal::BuildComplete => &[
-                ("completed_at", Timestamp),
-                ("commits", Count),
-                ("files_changed", Count),
-                ("lines_added", Count),
-                ("lines_removed", Count),
-            ],
-            GoblinSignal::ReviewApproved => &[
-                ("completed_at", Timestamp),
-                ("critical_issues", Count),
-                ("informational_issues", Count),
-                ("auto_fixes", Count),
-            ],
-            GoblinSignal::ReviewChangesRequested => &[
-                ("completed_at", Timestamp),
-                ("issues", Issues),
-                ("summary", Str),
-            ],
-            GoblinSignal::TestPassed => &[
-                ("completed_at", Timestamp),
-                ("qa_steps_total", Count),
-                ("qa_steps_passed", Count),
-                ("bugs_found", Count),
-                ("bugs_fixed", Count),
-                ("screenshots", Strings),
-            ],
-            GoblinSignal::TestFailed => &[
-                ("completed_at", Timestamp),
-                ("failing_steps", Strings),
-                ("reason", Str),
-                ("attempts", Count),
-                ("screenshots", Strings),
-            ],
-        }
-    }
-
-    /// Checks a JSON body against this signal's documented fields (unknown fields are fine).
-    /// The error names the field and what it should be.
-    pub fn validate(self, body: &Map<String, Value>) -> std::result::Result<(), String> {
-        for (field, kind) in self.fields() {
-            let Some(v) = body.get(*field) else { continue };
-            let ok = match kind {
-                Kind::Timestamp => v
-                    .as_str()
-                    .is_some_and(|s| DateTime::parse_from_rfc3339(s).is_ok()),
-                Kind::Str => v.is_string(),
-                Kind::Count => v.as_u64().is_some(),
-                Kind::Strings => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
-                Kind::Issues => v.as_array().is_some_and(|a| a.iter().all(valid_issue)),
-            };
-            if !ok {
-                let want = match kind {
-                    Kind::Timestamp => "an ISO-8601 instant such as 2024-01-15T10:30:00Z",
-                    Kind::Str => "a string",
-                    Kind::Count => "a non-negative integer",
-                    Kind::Strings => "an array of strings",
-                    Kind::Issues => {
-                        "an array of issues {type, category, file, line, fixed, description}"
-                    }
-                };
-                return Err(format!(
-                    "{}: field `{field}` must be {want}, got {v}",
-                    self.name()
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn valid_issue(v: &Value) -> bool {
-    let Some(o) = v.as_object() else { return false };
-    let s = |k: &str| o.get(k).is_none_or(Value::is_string);
-    s("type")
-        && s("category")
-        && s("file")
-        && s("description")
-        && o.get("line").is_none_or(|l| l.as_u64().is_some())
-        && o.get("fixed").is_none_or(Value::is_boolean)
-}
-
-/// Pipeline stages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
-    /// Scoping.
-    Scope,
-    /// Building.
-    Build,
-    /// Reviewing.
-    Review,
-    /// Testing.
-    Test,
-    /// Finished successfully.
-    Done,
-    /// Gave up after too many retries.
-    Failed,
-}
-
-impl Stage {
-    /// The upper-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Scope => "SCOPE",
-            Stage::Build => "BUILD",
-            Stage::Review => "REVIEW",
-            Stage::Test => "TEST",
-            Stage::Done => "DONE",
-            Stage::Failed => "FAILED",
-        }
-    }
-
-    /// Parses a stage name, case-insensitively.
-    pub fn parse(s: &str) -> Option<Stage> {
-        [
-            Stage::Scope,
-            Stage::Build,
-            Stage::Review,
-            Stage::Test,
-            Stage::Done,
-            Stage::Failed,
-        ]
-        .into_iter()
-        .find(|st| st.as_str().eq_ignore_ascii_case(s.trim()))
-    }
-
-    /// True for DONE and FAILED.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Stage::Done | Stage::Failed)
-    }
-}
-
-/// Retries allowed before a pipeline fails (upstream's MAX_RETRIES).
-pub const MAX_RETRIES: u32 = 3;
-
-/// The stage machine: where `signal` takes a pipeline in `stage` that has retried `retries`
-/// times. `None` when `signal` is not a transition of `stage`. A backward transition (changes
-/// requested, tests failed) is a retry; the fourth one goes to FAILED instead.
-pub fn next_stage(stage: Stage, signal: GoblinSignal, retries: u32) -> Option<(Stage, u32)> {
-    use GoblinSignal::*;
-    let (to, retry) = match (stage, signal) {
-        (Stage::Scope, ScopeComplete) => (Stage::Build, false),
-        (Stage::Build, BuildComplete) => (Stage::Review, false),
-        (Stage::Review, ReviewApproved) => (Stage::Test, false),
-        (Stage::Review, ReviewChangesRequested) => (Stage::Build, true),
-        (Stage::Test, TestPassed) => (Stage::Done, false),
-        (Stage::Test, TestFailed) => (Stage::Review, true),
-        _ => return None,
-    };
-    if retry {
-        let r = retries + 1;
-        Some(if r > MAX_RETRIES {
-            (Stage::Failed, r)
-        } else {
-            (to, r)
-        })
-    } else {
-        Some((to, retries))
-    }
-}
-
-/// What a signal file holds.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Payload {
-    /// An empty file: a valid signal, as written by `touch`.
-    Empty,
-    /// A JSON object.
-    Json(Map<String, Value>),
-}
-
-impl Payload {
-    /// The payload as JSON (`null` for an empty signal).
-    pub fn to_json(&self) -> Value {
-        match self {
-            Payload::Empty => Value::Null,
-            Payload::Json(m) => Value::Object(m.clone()),
-        }
-    }
-}
+pub use signal::{GoblinSignal, Payload, parse_payload};
+pub use stage::{MAX_RETRIES, PipelineState, Stage, next_stage};
 
 /// One signal file as a scan saw it.
 #[derive(Clone, Debug)]
@@ -277,15 +44,6 @@ pub enum FileState {
     Settling(SystemTime),
     /// Unchanged for the settle window and still invalid.
     Invalid(String),
-}
-
-/// The persisted pipeline state (`.goblin/.sigbox-state.json`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PipelineState {
-    /// Current stage.
-    pub stage: Stage,
-    /// Retries so far.
-    pub retries: u32,
 }
 
 const STATE_FILE: &str = ".sigbox-state.json";
@@ -497,82 +255,399 @@ impl Goblin {
     }
 }
 
-/// Parses a Goblin file's bytes: empty (or only whitespace) is [`Payload::Empty`]; otherwise a
-/// JSON object valid for `signal`.
-pub fn parse_payload(signal: GoblinSignal, bytes: &[u8]) -> std::result::Result<Payload, String> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Payload::Empty);
-    }
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Object(m)) => {
-            signal.validate(&m)?;
-            Ok(Payload::Json(m))
+/// A running `watch` (spec/goblin.md, `watch`): the pipeline state it drives, and the file
+/// versions it has reported, so that each is reported once.
+#[derive(Clone, Debug)]
+pub struct Watch {
+    state: PipelineState,
+    reported: HashSet<(GoblinSignal, i128, Report)>,
+}
+
+/// What a file version was reported as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Report {
+    Invalid,
+    Unexpected,
+}
+
+impl Watch {
+    /// A watch at `state` that has reported nothing yet. [`Goblin::start_watch`] picks the
+    /// state as the spec says and saves it.
+    pub fn new(state: PipelineState) -> Watch {
+        Watch {
+            state,
+            reported: HashSet::new(),
         }
-        Ok(_) => Err(format!("{}: not a JSON object", signal.name())),
-        Err(e) => Err(format!("{}: invalid JSON: {e}", signal.name())),
+    }
+
+    /// The current stage and retries.
+    pub fn state(&self) -> PipelineState {
+        self.state
+    }
+
+    /// True the first time this version of the file is reported as `what`.
+    fn first_report(&mut self, o: &Observed, what: Report) -> bool {
+        self.reported.insert((o.signal, o.mtime_ns, what))
+    }
+}
+
+/// What a [`Goblin::step`] reports, as it happens. [`Event::to_json`] is its JSON line.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The stage advanced on `signal`, whose file was moved into `.consumed/`.
+    Transition {
+        /// The signal that fired.
+        signal: GoblinSignal,
+        /// The stage it left.
+        from: Stage,
+        /// The stage it entered.
+        to: Stage,
+        /// Retries after the transition.
+        retries: u32,
+        /// The signal's body.
+        payload: Payload,
+        /// Where its file went (`None`: it was gone already).
+        consumed: Option<PathBuf>,
+        /// When, RFC 3339 in UTC with milliseconds.
+        at: String,
+    },
+    /// A ready signal with no transition from `stage`; left in place, reported once per version.
+    Unexpected {
+        /// The signal.
+        signal: GoblinSignal,
+        /// The current stage.
+        stage: Stage,
+        /// Its body.
+        payload: Payload,
+        /// When, RFC 3339 in UTC with milliseconds.
+        at: String,
+    },
+    /// A signal file that settled and is still invalid; left in place, reported once per
+    /// version.
+    Invalid {
+        /// The signal.
+        signal: GoblinSignal,
+        /// The current stage.
+        stage: Stage,
+        /// Why it is invalid.
+        reason: String,
+        /// When, RFC 3339 in UTC with milliseconds.
+        at: String,
+    },
+    /// Another candidate for `stage` lost to `chosen`, written later, and was set aside.
+    Conflict {
+        /// The losing signal.
+        signal: GoblinSignal,
+        /// The stage both were candidates for.
+        stage: Stage,
+        /// The winner.
+        chosen: GoblinSignal,
+        /// Where the loser went in `.stale/` (`None`: it was gone already).
+        moved_to: Option<PathBuf>,
+        /// When, RFC 3339 in UTC with milliseconds.
+        at: String,
+    },
+    /// A file written for an earlier stage, set aside as `stage` starts.
+    Stale {
+        /// The signal.
+        signal: GoblinSignal,
+        /// The stage that starts.
+        stage: Stage,
+        /// Where it went in `.stale/` (`None`: it was gone already).
+        moved_to: Option<PathBuf>,
+        /// When, RFC 3339 in UTC with milliseconds.
+        at: String,
+    },
+}
+
+impl Event {
+    /// The event as `sigbox goblin watch` prints it: `{"event", ...}` with the fields of
+    /// spec/goblin.md, `at` last.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Event::Transition {
+                signal,
+                from,
+                to,
+                retries,
+                payload,
+                consumed,
+                at,
+            } => json!({"event": "transition", "signal": signal.name(), "from": from.as_str(),
+                        "to": to.as_str(), "retries": retries, "payload": payload.to_json(),
+                        "consumed": consumed, "at": at}),
+            Event::Unexpected {
+                signal,
+                stage,
+                payload,
+                at,
+            } => json!({"event": "unexpected", "signal": signal.name(), "stage": stage.as_str(),
+                        "payload": payload.to_json(),
+                        "reason": format!("no transition from {} on {}", stage.as_str(), signal.name()),
+                        "at": at}),
+            Event::Invalid {
+                signal,
+                stage,
+                reason,
+                at,
+            } => json!({"event": "invalid", "signal": signal.name(), "stage": stage.as_str(),
+                        "reason": reason, "at": at}),
+            Event::Conflict {
+                signal,
+                stage,
+                chosen,
+                moved_to,
+                at,
+            } => json!({"event": "conflict", "signal": signal.name(), "stage": stage.as_str(),
+                        "chosen": chosen.name(), "moved_to": moved_to, "at": at}),
+            Event::Stale {
+                signal,
+                stage,
+                moved_to,
+                at,
+            } => json!({"event": "stale", "signal": signal.name(), "stage": stage.as_str(),
+                        "moved_to": moved_to, "at": at}),
+        }
+    }
+}
+
+/// What one [`Goblin::step`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A transition happened and the new state is saved: step again at once.
+    Advanced,
+    /// Nothing could fire: step again when a file changes, or at `next_check`.
+    Waiting {
+        /// When the earliest settling file's window ends, if a file is settling.
+        next_check: Option<SystemTime>,
+    },
+}
+
+/// Now, as an event's `at`.
+fn event_time() -> String {
+    clock::now_rfc3339(Precision::Millis)
+}
+
+impl Goblin {
+    /// Starts a watch. Its state is `stage` (with `retries`, else 0) when given, else the saved
+    /// state (with its retries replaced by `retries` when given), else SCOPE with 0 retries;
+    /// it is saved when it differs from the saved one.
+    pub fn start_watch(&self, stage: Option<Stage>, retries: Option<u32>) -> Result<Watch> {
+        let saved = self.state();
+        let state = match stage {
+            Some(stage) => PipelineState {
+                stage,
+                retries: retries.unwrap_or(0),
+            },
+            None => {
+                let mut s = saved.unwrap_or(PipelineState {
+                    stage: Stage::Scope,
+                    retries: 0,
+                });
+                if let Some(r) = retries {
+                    s.retries = r;
+                }
+                s
+            }
+        };
+        if Some(state) != saved {
+            self.save_state(state)?;
+        }
+        Ok(Watch::new(state))
+    }
+
+    /// One look under the watch rule (spec/goblin.md, `watch`). Reads the six files, reports
+    /// each invalid or unexpected file version once, and, when ready signals have a transition
+    /// from the current stage, takes it: the one written last (mtime, then name) wins; the
+    /// other candidates are set aside as conflicts; the winner is moved into `.consumed/`;
+    /// every other ready or invalid file is set aside as stale (settling ones are left alone);
+    /// then the transition is reported and the new state saved, in that order.
+    ///
+    /// `emit` gets each event as it happens, between the moves; an error from it, or from a
+    /// move, ends the step at that point.
+    pub fn step<E: From<Error>>(
+        &self,
+        watch: &mut Watch,
+        mut emit: impl FnMut(Event) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Step, E> {
+        let PipelineState { stage, retries } = watch.state;
+        let mut next_check: Option<SystemTime> = None;
+        let mut candidates = Vec::new();
+        let mut others = Vec::new();
+        for o in self.scan()? {
+            match &o.state {
+                FileState::Settling(t) => {
+                    next_check = Some(next_check.map_or(*t, |n| n.min(*t)));
+                }
+                FileState::Invalid(reason) => {
+                    if watch.first_report(&o, Report::Invalid) {
+                        emit(Event::Invalid {
+                            signal: o.signal,
+                            stage,
+                            reason: reason.clone(),
+                            at: event_time(),
+                        })?;
+                    }
+                    others.push(o);
+                }
+                FileState::Ready(p) => {
+                    if next_stage(stage, o.signal, retries).is_some() {
+                        candidates.push((o.clone(), p.clone()));
+                    } else {
+                        if watch.first_report(&o, Report::Unexpected) {
+                            emit(Event::Unexpected {
+                                signal: o.signal,
+                                stage,
+                                payload: p.clone(),
+                                at: event_time(),
+                            })?;
+                        }
+                        others.push(o);
+                    }
+                }
+            }
+        }
+        if candidates.is_empty() {
+            return Ok(Step::Waiting { next_check });
+        }
+        // Several signals for this stage at once (approved and changes requested, say): the one
+        // written last wins; the others are set aside as stale and reported.
+        candidates.sort_by_key(|a| (a.0.mtime_ns, a.0.signal));
+        let (winner, payload) = candidates.pop().expect("not empty");
+        let (to, retries) = next_stage(stage, winner.signal, retries).expect("a candidate");
+        for (o, _) in &candidates {
+            let moved_to = self.set_aside(o.signal, false)?;
+            emit(Event::Conflict {
+                signal: o.signal,
+                stage,
+                chosen: winner.signal,
+                moved_to,
+                at: event_time(),
+            })?;
+        }
+        let consumed = self.set_aside(winner.signal, true)?;
+        // The next stage starts: signals left from earlier stages are stale.
+        for o in &others {
+            let moved_to = self.set_aside(o.signal, false)?;
+            emit(Event::Stale {
+                signal: o.signal,
+                stage: to,
+                moved_to,
+                at: event_time(),
+            })?;
+        }
+        emit(Event::Transition {
+            signal: winner.signal,
+            from: stage,
+            to,
+            retries,
+            payload,
+            consumed,
+            at: event_time(),
+        })?;
+        watch.state = PipelineState { stage: to, retries };
+        self.save_state(watch.state)?;
+        Ok(Step::Advanced)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use GoblinSignal::*;
 
-    #[test]
-    fn machine() {
-        use GoblinSignal::*;
-        assert_eq!(
-            next_stage(Stage::Scope, ScopeComplete, 0),
-            Some((Stage::Build, 0))
-        );
-        assert_eq!(
-            next_stage(Stage::Build, BuildComplete, 0),
-            Some((Stage::Review, 0))
-        );
-        assert_eq!(
-            next_stage(Stage::Review, ReviewApproved, 1),
-            Some((Stage::Test, 1))
-        );
-        assert_eq!(
-            next_stage(Stage::Review, ReviewChangesRequested, 0),
-            Some((Stage::Build, 1))
-        );
-        assert_eq!(
-            next_stage(Stage::Test, TestPassed, 2),
-            Some((Stage::Done, 2))
-        );
-        assert_eq!(
-            next_stage(Stage::Test, TestFailed, 2),
-            Some((Stage::Review, 3))
-        );
-        assert_eq!(
-            next_stage(Stage::Test, TestFailed, 3),
-            Some((Stage::Failed, 4))
-        );
-        assert_eq!(next_stage(Stage::Build, ReviewApproved, 0), None);
-        assert_eq!(next_stage(Stage::Done, TestPassed, 0), None);
+    /// Writes `signal` empty, last modified `secs` after the epoch (in the past, so settled).
+    fn write_at(g: &Goblin, signal: GoblinSignal, secs: u64) {
+        let p = g.write(signal, None).unwrap();
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(t).unwrap();
+    }
+
+    fn step(g: &Goblin, watch: &mut Watch) -> (Step, Vec<Event>) {
+        let mut events = Vec::new();
+        let step = g
+            .step(watch, |e| {
+                events.push(e);
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        (step, events)
+    }
+
+    fn kinds(events: &[Event]) -> Vec<String> {
+        let kind = |e: &Event| e.to_json()["event"].as_str().unwrap().to_string();
+        events.iter().map(kind).collect()
     }
 
     #[test]
-    fn payloads() {
-        use GoblinSignal::*;
-        assert_eq!(parse_payload(BuildComplete, b""), Ok(Payload::Empty));
-        assert_eq!(parse_payload(BuildComplete, b" \n"), Ok(Payload::Empty));
-        assert!(parse_payload(BuildComplete, br#"{"commits": 5}"#).is_ok());
-        let e = parse_payload(BuildComplete, br#"{"commits": "five"}"#).unwrap_err();
-        assert!(
-            e.contains("`commits` must be a non-negative integer"),
-            "{e}"
+    fn the_signal_written_last_wins_and_the_others_are_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut g = Goblin::open(dir.path()).unwrap();
+        g.settle(Duration::ZERO);
+        let mut watch = g.start_watch(Some(Stage::Review), None).unwrap();
+        write_at(&g, ReviewChangesRequested, 1_700_000_000);
+        write_at(&g, ReviewApproved, 1_600_000_000);
+        write_at(&g, ScopeComplete, 1_650_000_000);
+        let (done, events) = step(&g, &mut watch);
+        assert_eq!(done, Step::Advanced);
+        assert_eq!(
+            kinds(&events),
+            ["unexpected", "conflict", "stale", "transition"]
         );
-        assert!(parse_payload(BuildComplete, br#"{"commits": 5"#).is_err());
-        assert!(parse_payload(TestFailed, br#"{"failing_steps": ["QA-2", 5]}"#).is_err());
-        let issues = br#"{"issues": [{"type": "critical", "line": 45, "fixed": false}]}"#;
-        assert!(parse_payload(ReviewChangesRequested, issues).is_ok());
-        let bad = br#"{"issues": [{"line": "45"}]}"#;
-        assert!(parse_payload(ReviewChangesRequested, bad).is_err());
-        assert!(parse_payload(ScopeComplete, br#"{"completed_at": "yesterday"}"#).is_err());
+        let Event::Conflict {
+            signal, moved_to, ..
+        } = &events[1]
+        else {
+            panic!("{events:?}")
+        };
+        assert_eq!(*signal, ReviewApproved);
         assert!(
-            parse_payload(ScopeComplete, br#"{"mine": [1, 2]}"#).is_ok(),
-            "unknown kept"
+            moved_to
+                .as_ref()
+                .unwrap()
+                .starts_with(g.dir().join(".stale"))
         );
+        let Event::Transition {
+            signal,
+            to,
+            consumed,
+            at,
+            ..
+        } = &events[3]
+        else {
+            panic!("{events:?}")
+        };
+        assert_eq!((*signal, *to), (ReviewChangesRequested, Stage::Build));
+        assert!(
+            consumed
+                .as_ref()
+                .unwrap()
+                .starts_with(g.dir().join(".consumed"))
+        );
+        assert_eq!(at.len(), "2024-01-15T10:30:00.000Z".len(), "{at}");
+        let now = PipelineState {
+            stage: Stage::Build,
+            retries: 1,
+        };
+        assert_eq!(watch.state(), now);
+        assert_eq!(g.state(), Some(now), "saved");
+        assert!(g.scan().unwrap().is_empty(), "nothing left to fire");
+    }
+
+    #[test]
+    fn a_file_that_cannot_fire_is_reported_once_and_left_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut g = Goblin::open(dir.path()).unwrap();
+        g.settle(Duration::ZERO);
+        let mut watch = g.start_watch(None, None).unwrap();
+        assert_eq!(g.state().map(|s| s.stage), Some(Stage::Scope));
+        write_at(&g, TestPassed, 1_700_000_000);
+        let (first, events) = step(&g, &mut watch);
+        assert_eq!(first, Step::Waiting { next_check: None });
+        assert_eq!(kinds(&events), ["unexpected"]);
+        let (_, again) = step(&g, &mut watch);
+        assert!(again.is_empty(), "{again:?}");
+        assert_eq!(g.scan().unwrap().len(), 1);
     }
 }

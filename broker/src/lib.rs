@@ -24,33 +24,44 @@
 //! assert!(mailbox.pass("Executor", None)?.delivered.is_empty());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Map of the crate
+//!
+//! From the bottom up: each module imports only from the rows above it.
+//!
+//! | module | owns | spec |
+//! |---|---|---|
+//! | `error` | [`Error`], [`ErrorKind`]: every error names its file and reason | |
+//! | `signal` | [`SignalType`], [`Target`], [`Signal`], [`NewSignal`] | `mailbox.md` §3.1 |
+//! | [`name`] | file names: canonical and upstream forms | `mailbox.md` §2 |
+//! | `body` | bodies, records and the handling block ([`Handling`]) | `mailbox.md` §3.2-§3.4 |
+//! | `clock` | protocol instants, the settle rule, the size cap | `mailbox.md` §4, §5 |
+//! | `sys` | platform differences: `renameat2`, `getdents64`, stamps | `mailbox.md` §9.9 |
+//! | `io` | the seam: every effect, the hook, durability, poisoning ([`IoOptions`]) | `mailbox.md` §9 |
+//! | `atomic` | the atomic write and the claim | `mailbox.md` §9.1, §9.2 |
+//! | `mailbox` | the Ralph mailbox ([`Mailbox`]), one file per spec section | `mailbox.md` |
+//! | `doctor` | [`diagnose`]: what is wrong with a root | `mailbox.md` §1, §8 |
+//! | [`goblin`], [`mux`] | the other file dialects | `goblin.md`, `mux.md` |
+//! | `lines`, [`flux`], [`pilot`] | the stream dialects on a shared line splitter | `streams.md` |
+//! | [`tap`] | the table from stream signals to mailbox signals | `streams.md` §tap |
 #![deny(missing_docs)]
 
-// The map of the crate, from the bottom up. Pure modules first (no filesystem access), then the
-// seam and what is built on it.
-
-// Vocabulary: what a signal is, its names on disk, its bytes, its instants, its errors.
-mod body; // bodies, records and the handling block (§3.2-§3.4)
-mod clock;
-mod error; // Error, ErrorKind: every error names its file and reason
-pub mod name; // file names: canonical and upstream forms (§2)
-mod signal; // SignalType, Target, Signal, NewSignal (spec/mailbox.md §3.1) // protocol instants, the settle rule, the size cap (§4, §5)
-
-// The filesystem: platform calls, the one seam every effect goes through, the two primitives.
 mod atomic;
-mod io; // Io: every effect, the hook, durability, poisoning (§9)
-mod sys; // platform differences: renameat2, getdents64, stamps // the atomic write and the claim (§9.1, §9.2)
-
-// The Ralph mailbox and its diagnosis.
+mod body;
+mod clock;
 mod doctor;
-mod mailbox; // the mailbox, one file per spec section (spec/mailbox.md) // doctor: explains what is wrong with a root
-
-// The other dialects.
-pub mod flux; // Flux `flux:signal` lines and result documents (spec/streams.md)
-pub mod goblin; // Goblin `.goblin/` signal files (spec/goblin.md)
-mod lines; // the capped line splitter the stream parsers share
-pub mod mux; // mux `.signals/` files (spec/mux.md)
-pub mod pilot; // Pilot `pilot-signal` blocks (spec/streams.md)
+mod error;
+pub mod flux;
+pub mod goblin;
+mod io;
+mod lines;
+mod mailbox;
+pub mod mux;
+pub mod name;
+pub mod pilot;
+mod signal;
+mod sys;
+pub mod tap;
 
 pub use body::{Archived, Handling};
 pub use doctor::{Finding, Severity, diagnose};

@@ -199,72 +199,17 @@ pub fn write_signal_with(
         let full = resolve(root, Path::new(p)).ok()?;
         std::fs::metadata(full).ok().map(|m| m.len())
     });
+    let signal = Rendered {
+        fields,
+        status,
+        stem,
+        created_at,
+        trace_id,
+        size,
+    };
     let bytes = match format {
-        MuxFormat::Kv => {
-            let mut s = String::new();
-            let mut line = |k: &str, v: &str| {
-                // One line per key: a newline in a value would forge another key.
-                s.push_str(&format!("{k}: {}\n", v.replace(['\n', '\r'], " ")));
-            };
-            if let Some(p) = &fields.path {
-                line("path", p);
-            }
-            if let Some(n) = size {
-                line("size", &n.to_string());
-            }
-            line("status", status.as_str());
-            line("created_at", &created_at);
-            for (k, v) in [
-                ("error", &fields.error),
-                ("trace_id", &trace_id),
-                ("version", &fields.version),
-                ("previous", &fields.previous),
-                ("grade", &fields.grade),
-            ] {
-                if let Some(v) = v {
-                    line(k, v);
-                }
-            }
-            s.into_bytes()
-        }
-        MuxFormat::Json => {
-            let mut m = Map::new();
-            m.insert("$schema".into(), json!("signal-v1.json"));
-            m.insert("phase".into(), json!(stem));
-            if let Some(n) = fields.phase_num {
-                m.insert("phase_num".into(), json!(n));
-            }
-            let st = match status {
-                MuxStatus::Success => "completed",
-                MuxStatus::Fail => "failed",
-            };
-            m.insert("status".into(), json!(st));
-            m.insert("timestamp".into(), json!(created_at));
-            if let Some(d) = fields.duration_seconds {
-                m.insert("duration_seconds".into(), json!(d));
-            }
-            let mut artifacts = fields.artifacts.clone();
-            if artifacts.is_empty() {
-                artifacts.extend(fields.path.clone());
-            }
-            m.insert("artifacts".into(), json!(artifacts));
-            for (k, v) in [
-                ("grade", fields.grade.as_ref().map(|g| json!(g))),
-                ("path", fields.path.as_ref().map(|p| json!(p))),
-                ("size", size.map(|n| json!(n))),
-                ("error", fields.error.as_ref().map(|e| json!(e))),
-                ("trace_id", trace_id.as_ref().map(|t| json!(t))),
-                ("version", fields.version.as_ref().map(|v| json!(v))),
-                ("previous", fields.previous.as_ref().map(|p| json!(p))),
-            ] {
-                if let Some(v) = v {
-                    m.insert(k.into(), v);
-                }
-            }
-            let mut b = serde_json::to_vec_pretty(&Value::Object(m)).expect("JSON serializes");
-            b.push(b'\n');
-            b
-        }
+        MuxFormat::Kv => signal.kv(),
+        MuxFormat::Json => signal.json(),
     };
     let name = file
         .file_name()
@@ -273,6 +218,104 @@ pub fn write_signal_with(
     let stage = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     atomic::write_atomic(&io, &stage, &file, &bytes, Clobber::Yes)?;
     Ok(file)
+}
+
+/// A signal as it is about to be written: the caller's fields and what was resolved at write
+/// time (the stage, the instant, the trace id and the size).
+struct Rendered<'a> {
+    fields: &'a MuxFields,
+    status: MuxStatus,
+    stem: &'a str,
+    created_at: String,
+    trace_id: Option<String>,
+    size: Option<u64>,
+}
+
+impl Rendered<'_> {
+    /// Upstream `signal.py`'s `key: value` lines.
+    fn kv(&self) -> Vec<u8> {
+        let Rendered {
+            fields,
+            status,
+            created_at,
+            trace_id,
+            size,
+            ..
+        } = self;
+        let mut s = String::new();
+        let mut line = |k: &str, v: &str| {
+            // One line per key: a newline in a value would forge another key.
+            s.push_str(&format!("{k}: {}\n", v.replace(['\n', '\r'], " ")));
+        };
+        if let Some(p) = &fields.path {
+            line("path", p);
+        }
+        if let Some(n) = size {
+            line("size", &n.to_string());
+        }
+        line("status", status.as_str());
+        line("created_at", created_at);
+        for (k, v) in [
+            ("error", &fields.error),
+            ("trace_id", trace_id),
+            ("version", &fields.version),
+            ("previous", &fields.previous),
+            ("grade", &fields.grade),
+        ] {
+            if let Some(v) = v {
+                line(k, v);
+            }
+        }
+        s.into_bytes()
+    }
+
+    /// The signal-v1 JSON document, pretty-printed.
+    fn json(&self) -> Vec<u8> {
+        let Rendered {
+            fields,
+            status,
+            stem,
+            created_at,
+            trace_id,
+            size,
+        } = self;
+        let mut m = Map::new();
+        m.insert("$schema".into(), json!("signal-v1.json"));
+        m.insert("phase".into(), json!(stem));
+        if let Some(n) = fields.phase_num {
+            m.insert("phase_num".into(), json!(n));
+        }
+        let st = match status {
+            MuxStatus::Success => "completed",
+            MuxStatus::Fail => "failed",
+        };
+        m.insert("status".into(), json!(st));
+        m.insert("timestamp".into(), json!(created_at));
+        if let Some(d) = fields.duration_seconds {
+            m.insert("duration_seconds".into(), json!(d));
+        }
+        let mut artifacts = fields.artifacts.clone();
+        if artifacts.is_empty() {
+            artifacts.extend(fields.path.clone());
+        }
+        m.insert("artifacts".into(), json!(artifacts));
+        for (k, v) in [
+            ("grade", fields.grade.as_ref().map(|g| json!(g))),
+            ("path", fields.path.as_ref().map(|p| json!(p))),
+            ("size", size.map(|n| json!(n))),
+            ("error", fields.error.as_ref().map(|e| json!(e))),
+            ("trace_id", trace_id.as_ref().map(|t| json!(t))),
+            ("version", fields.version.as_ref().map(|v| json!(v))),
+            ("previous", fields.previous.as_ref().map(|p| json!(p))),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), v);
+            }
+        }
+        let mut b = serde_json::to_vec_pretty(&Value::Object(m)).expect("JSON serializes");
+        b.push(b'\n');
+        b
+    }
 }
 
 /// A signal file as read back, from either form.

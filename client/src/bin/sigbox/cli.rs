@@ -201,51 +201,7 @@ pub(crate) enum MuxCmd {
     #[command(after_help = "Examples:
   sigbox mux signal tmp/mux/s1/.signals/implement --status success --path tmp/mux/s1/impl.md
   sigbox mux signal tmp/mux/s1/review --status fail --error 'tests failing' --format kv")]
-    Signal {
-        /// The signal path, relative to the project root (`.signals/` is inserted when its
-        /// parent is not `.signals`; the suffix follows --status).
-        #[arg(value_name = "PATH")]
-        signal: PathBuf,
-        /// success (.done) or fail (.fail).
-        #[arg(long, value_parser = ["success", "fail"])]
-        status: String,
-        /// The output artifact's path.
-        #[arg(long)]
-        path: Option<String>,
-        /// The artifact's size in bytes (default: measured from --path).
-        #[arg(long)]
-        size: Option<u64>,
-        /// The error, for a failure.
-        #[arg(long)]
-        error: Option<String>,
-        /// Trace id (default: the session's .trace file).
-        #[arg(long)]
-        trace_id: Option<String>,
-        /// Version.
-        #[arg(long)]
-        version: Option<String>,
-        /// The previous signal.
-        #[arg(long)]
-        previous: Option<String>,
-        /// Grade for review stages: PASS, WARN or FAIL (only PASS proceeds).
-        #[arg(long, value_parser = ["PASS", "WARN", "FAIL"])]
-        grade: Option<String>,
-        /// Phase number.
-        #[arg(long)]
-        phase_num: Option<u64>,
-        /// Duration in seconds.
-        #[arg(long)]
-        duration_seconds: Option<u64>,
-        /// An artifact path (repeatable).
-        #[arg(long)]
-        artifact: Vec<String>,
-        /// json (signal-v1, the default) or kv (the `key: value` lines upstream tools read).
-        #[arg(long, default_value = "json", value_parser = ["json", "kv"])]
-        format: String,
-        /// The project root the paths are relative to.
-        #[arg(long, default_value = ".")]
-        project_root: PathBuf,
-    },
+    Signal(MuxSignalArgs),
     /// Count a session's .done/.fail files and print upstream's JSON; exit 0 only when complete.
     #[command(after_help = "Examples:
   sigbox mux check tmp/mux/s1 --expected 3
@@ -286,6 +242,55 @@ pub(crate) enum MuxCmd {
         #[arg(long, default_value = ".")]
         project_root: PathBuf,
     },
+}
+
+// The arguments of `mux signal`: a struct rather than variant fields, so that the command can
+// hand them on whole.
+#[derive(Debug, Args)]
+pub(crate) struct MuxSignalArgs {
+    /// The signal path, relative to the project root (`.signals/` is inserted when its
+    /// parent is not `.signals`; the suffix follows --status).
+    #[arg(value_name = "PATH")]
+    pub(crate) signal: PathBuf,
+    /// success (.done) or fail (.fail).
+    #[arg(long, value_parser = ["success", "fail"])]
+    pub(crate) status: String,
+    /// The output artifact's path.
+    #[arg(long)]
+    pub(crate) path: Option<String>,
+    /// The artifact's size in bytes (default: measured from --path).
+    #[arg(long)]
+    pub(crate) size: Option<u64>,
+    /// The error, for a failure.
+    #[arg(long)]
+    pub(crate) error: Option<String>,
+    /// Trace id (default: the session's .trace file).
+    #[arg(long)]
+    pub(crate) trace_id: Option<String>,
+    /// Version.
+    #[arg(long)]
+    pub(crate) version: Option<String>,
+    /// The previous signal.
+    #[arg(long)]
+    pub(crate) previous: Option<String>,
+    /// Grade for review stages: PASS, WARN or FAIL (only PASS proceeds).
+    #[arg(long, value_parser = ["PASS", "WARN", "FAIL"])]
+    pub(crate) grade: Option<String>,
+    /// Phase number.
+    #[arg(long)]
+    pub(crate) phase_num: Option<u64>,
+    /// Duration in seconds.
+    #[arg(long)]
+    pub(crate) duration_seconds: Option<u64>,
+    /// An artifact path (repeatable).
+    #[arg(long)]
+    pub(crate) artifact: Vec<String>,
+    /// json (signal-v1, the default) or kv (the `key: value` lines upstream tools read).
+    #[arg(long, default_value = "json", value_parser = ["json", "kv"])]
+    pub(crate) format: String,
+    /// The project root the paths are relative to.
+    #[arg(long, default_value = ".")]
+    pub(crate) project_root: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

@@ -5,15 +5,16 @@
 //! reason.
 
 mod cli;
-mod dialect_cmds;
-mod mailbox_cmds;
+mod cmd;
 mod output;
-mod stream_cmds;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
+
+use crate::cli::{Cli, Command};
+use crate::output::Out;
 
 fn main() -> ExitCode {
     match run() {
@@ -29,10 +30,41 @@ fn main() -> ExitCode {
     }
 }
 
+/// Parses the command line and routes it to its command.
 fn run() -> anyhow::Result<ExitCode> {
-    let cli = cli::Cli::parse();
+    let cli = Cli::parse();
     init_tracing(cli.verbose);
-    mailbox_cmds::dispatch(cli)
+    // `tap` writes the child's output from its own threads: it must not run while this thread
+    // holds the stdout lock that `Out` keeps.
+    if let Command::Tap { name, to, command } = &cli.command {
+        return cmd::tap::run(&cli.root, name, to, command);
+    }
+    let mut out = Out::new(cli.json);
+    let root = cli.root;
+    let code = match cli.command {
+        Command::Init { shared } => cmd::mailbox::init(&root, shared, &mut out)?,
+        Command::Send(args) => cmd::mailbox::send(&root, args, &mut out)?,
+        Command::Poll(args) => cmd::mailbox::poll(&root, &args, &mut out)?,
+        Command::Wait(args) => cmd::mailbox::wait(&root, args, &mut out)?,
+        Command::Ls { all } => cmd::mailbox::ls(&root, all, &mut out)?,
+        Command::Log => cmd::mailbox::log(&root, &mut out)?,
+        Command::Finish { agent } => cmd::mailbox::finish(&root, &agent, &mut out)?,
+        Command::Gc { older_than, limit } => cmd::mailbox::gc(&root, older_than, limit, &mut out)?,
+        Command::Doctor => cmd::mailbox::doctor(&root, &mut out)?,
+        Command::Completions { shell } => {
+            let mut grammar = Cli::command();
+            clap_complete::generate(shell, &mut grammar, "sigbox", &mut io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Demo => cmd::demo::run(&mut out)?,
+        Command::Goblin(c) => cmd::goblin::run(c, &mut out)?,
+        Command::Mux(c) => cmd::mux::run(c, &mut out)?,
+        Command::Flux(c) => cmd::streams::flux(c, &mut out)?,
+        Command::Pilot(c) => cmd::streams::pilot(c, &mut out)?,
+        Command::Tap { .. } => unreachable!("handled above"),
+    };
+    out.flush()?;
+    Ok(code)
 }
 
 fn init_tracing(verbose: u8) {

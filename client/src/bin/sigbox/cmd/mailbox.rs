@@ -1,0 +1,250 @@
+//! The mailbox commands: init, send, poll, wait, ls, log, finish, gc, doctor.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
+use sigbox::{Mailbox, MailboxOptions, NewSignal, Severity, SignalType, Target};
+use sigbox_client::{Checkpoint, WaitMode};
+
+use crate::cli::{AgentArgs, SendArgs, WaitArgs};
+use crate::output::{Out, age, signal_human, signal_json, target_json};
+
+pub(crate) fn init(root: &Path, shared: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mb = MailboxOptions::new().shared(shared).init(root)?;
+    out.emit(&json!({"root": mb.root(), "initialized": true}), || {
+        format!("initialized {}", mb.root().display())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_type(s: &str) -> anyhow::Result<SignalType> {
+    SignalType::parse(s).with_context(|| {
+        format!(
+            "unknown signal type {s:?}: expected STEER, INFO, PAUSE, ABORT (or STOP), APPROVE, \
+             SKIP or RESUME"
+        )
+    })
+}
+
+pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mb = Mailbox::open(root)?;
+    let ty = parse_type(&args.signal_type)?;
+    let target = if args.no_target {
+        Target::None
+    } else {
+        Target::parse(Some(&args.target)).map_err(anyhow::Error::msg)?
+    };
+    let mut s = NewSignal::new(ty);
+    s.target(target);
+    match args.message.as_deref() {
+        Some("-") => {
+            let mut m = String::new();
+            std::io::stdin()
+                .read_to_string(&mut m)
+                .context("cannot read the message from stdin")?;
+            s.message(m.strip_suffix('\n').unwrap_or(&m));
+        }
+        Some(m) => {
+            s.message(m);
+        }
+        None => {}
+    }
+    if let Some(f) = args.from {
+        s.from(f);
+    }
+    if let Some(i) = args.iteration {
+        s.iteration(i);
+    }
+    let id = mb.send(&s)?;
+    out.emit(&json!({"id": id}), || id.clone())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn poll(root: &Path, args: &AgentArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mut cp = checkpoint(root, args)?;
+    let delivered = cp.poll()?;
+    print_signals(out, &delivered)?;
+    if let Some(e) = cp.take_error() {
+        return Err(e.into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn checkpoint(root: &Path, args: &AgentArgs) -> anyhow::Result<Checkpoint> {
+    let mut cp = Checkpoint::open(root, &args.agent)?;
+    cp.state(args.state.as_deref());
+    Ok(cp)
+}
+
+fn print_signals(out: &mut Out, signals: &[sigbox::Signal]) -> anyhow::Result<()> {
+    for s in signals {
+        out.emit(&signal_json(s), || signal_human(s))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn wait(root: &Path, args: WaitArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mut cp = checkpoint(root, &args.agent)?;
+    if let Some(p) = args.poll_interval {
+        cp.wait_mode(WaitMode::Poll(p));
+    }
+    let delivered = cp.wait(args.timeout)?;
+    print_signals(out, &delivered)?;
+    if let Some(e) = cp.take_error() {
+        return Err(e.into());
+    }
+    Ok(if delivered.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mb = Mailbox::open(root)?;
+    for p in mb.pending()? {
+        if p.buffered_for.is_some() && !all {
+            continue;
+        }
+        let kind = if p.buffered_for.is_some() {
+            "buffered"
+        } else {
+            "pending"
+        };
+        let acked: Vec<String> = if all && p.target == Target::All {
+            mb.acked_by(&p.id).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let v = json!({
+            "kind": kind, "id": p.id, "type": p.type_name, "target": target_json(&p.target),
+            "buffered_for": p.buffered_for, "path": p.path,
+            "created_ns": p.instant.to_string(), "age": age(p.instant), "acked_by": acked,
+        });
+        out.emit(&v, || {
+            let mut line = format!(
+                "{:>4}  {:<7} {:<12} {}",
+                age(p.instant),
+                p.type_name,
+                p.target.to_string(),
+                p.id
+            );
+            if let Some(a) = &p.buffered_for {
+                line.push_str(&format!("  (buffered for {a})"));
+            }
+            if !acked.is_empty() {
+                line.push_str(&format!("  (acked: {})", acked.join(", ")));
+            }
+            line
+        })?;
+    }
+    if all {
+        for p in mb.problems()? {
+            let (path, reason) = (p.path.clone(), p.reason());
+            let v = json!({"kind": "settling_or_invalid", "path": path, "reason": reason});
+            out.emit(&v, || format!("  --  {}  ({reason})", path.display()))?;
+        }
+        for r in mb.rejected()? {
+            let v = json!({"kind": "rejected", "name": r.name, "path": r.path, "reason": r.reason});
+            out.emit(&v, || format!("  --  rejected  {}  ({})", r.name, r.reason))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mb = Mailbox::open(root)?;
+    for rec in mb.processed()? {
+        match rec {
+            Ok(s) => {
+                let h = s.handling().unwrap_or_default();
+                let status = h.delivery_status.as_deref();
+                let v = json!({
+                    "id": s.id, "type": s.signal_type.as_str(), "target": target_json(&s.target),
+                    "message": s.message, "handled_by": h.handled_by,
+                    "handled_at": h.handled_at, "action_taken": h.action_taken,
+                    "delivery_status": status, "unacked_agents": h.unacked_agents,
+                });
+                let shown = |v: &Option<String>| v.as_deref().unwrap_or("?").to_string();
+                out.emit(&v, || {
+                    let mut line = format!(
+                        "{}  {:<12} {:<18} {:<7} {:<12} {}",
+                        shown(&h.handled_at),
+                        shown(&h.handled_by),
+                        shown(&h.action_taken),
+                        s.signal_type.as_str(),
+                        s.target.to_string(),
+                        s.id
+                    );
+                    if let Some(st) = status {
+                        line.push_str(&format!("  [{st}]"));
+                    }
+                    line
+                })?;
+            }
+            Err(e) => {
+                out.emit(&json!({"error": e.to_string()}), || format!("error: {e}"))?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn doctor(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let findings = sigbox::diagnose(root, &MailboxOptions::new());
+    let problems = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Problem)
+        .count();
+    for f in &findings {
+        let sev = match f.severity {
+            Severity::Problem => "problem",
+            Severity::Info => "info",
+        };
+        out.emit(
+            &json!({"severity": sev, "path": f.path, "message": f.message}),
+            || format!("{sev}: {}: {}", f.path.display(), f.message),
+        )?;
+    }
+    if !out.json() {
+        out.line(&match problems {
+            0 => format!("{}: healthy", root.display()),
+            n => format!("{}: {n} problem(s)", root.display()),
+        })?;
+    }
+    Ok(if problems == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub(crate) fn finish(root: &Path, agent: &str, out: &mut Out) -> anyhow::Result<ExitCode> {
+    for f in Mailbox::open(root)?.finish(agent)? {
+        out.emit(
+            &json!({"id": f.id, "status": f.status.as_str(), "unacked": f.unacked}),
+            || match f.unacked.len() {
+                0 => format!("{}  {}", f.status, f.id),
+                _ => format!("{}  {}  unacked: {}", f.status, f.id, f.unacked.join(", ")),
+            },
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn gc(
+    root: &Path,
+    older_than: Duration,
+    limit: usize,
+    out: &mut Out,
+) -> anyhow::Result<ExitCode> {
+    let n = Mailbox::open(root)?.gc(older_than, limit)?;
+    out.emit(&json!({"removed": n}), || {
+        format!("removed {n} stale staging file(s)")
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

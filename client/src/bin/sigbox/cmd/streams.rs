@@ -1,0 +1,123 @@
+//! `sigbox flux ...` and `sigbox pilot ...`: the stream dialects' parsers on a file or stdin.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::json;
+use sigbox::flux::{self, FluxParser};
+use sigbox::pilot::{PilotEvent, PilotParser, PilotSummary, phase_progress};
+
+use crate::cli::{FluxCmd, PilotCmd};
+use crate::output::Out;
+
+/// Reads `file` (or stdin for `None`/`-`) in chunks, as a stream.
+fn for_each_chunk(
+    file: Option<&Path>,
+    mut f: impl FnMut(&[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut reader: Box<dyn Read> = match file {
+        None => Box::new(std::io::stdin().lock()),
+        Some(p) if p == Path::new("-") => Box::new(std::io::stdin().lock()),
+        Some(p) => Box::new(std::fs::File::open(p).with_context(|| format!("{}", p.display()))?),
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let name = file.map_or("stdin".into(), |p| p.display().to_string());
+                return Err(anyhow::Error::new(e).context(name));
+            }
+        };
+        f(&buf[..n])?;
+    }
+}
+
+pub(crate) fn flux(cmd: FluxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
+    match cmd {
+        FluxCmd::Parse { file } => {
+            let mut p = FluxParser::default();
+            for_each_chunk(file.as_deref(), |chunk| {
+                for e in p.feed(chunk) {
+                    out.line(&e.to_json().to_string())?;
+                }
+                Ok(())
+            })?;
+            for e in p.finish() {
+                out.line(&e.to_json().to_string())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        FluxCmd::Result { path } => {
+            let bytes = std::fs::read(&path)
+                .with_context(|| format!("{}: cannot read the result document", path.display()))?;
+            let r = flux::validate_result(&bytes);
+            out.line(&r.to_json().to_string())?;
+            Ok(if r.valid {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+    }
+}
+
+pub(crate) fn pilot(cmd: PilotCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let PilotCmd::Parse { file } = cmd;
+    let mut p = PilotParser::default();
+    let mut summary = PilotSummary::default();
+    let mut warnings = Vec::new();
+    let mut fold = |events: Vec<PilotEvent>, summary: &mut PilotSummary| {
+        for e in events {
+            summary.update(&e);
+            if let PilotEvent::Warning { line, message } = e {
+                warnings.push((line, message));
+            }
+        }
+    };
+    for_each_chunk(file.as_deref(), |chunk| {
+        fold(p.feed(chunk), &mut summary);
+        Ok(())
+    })?;
+    fold(p.finish(), &mut summary);
+    if out.json() {
+        let mut v = summary.to_json();
+        v["warning_details"] = json!(
+            warnings
+                .iter()
+                .map(|(l, m)| json!({"line": l, "message": m}))
+                .collect::<Vec<_>>()
+        );
+        out.line(&v.to_string())?;
+    } else {
+        out.line(&format!("signals: {}", summary.signals))?;
+        out.line(&match summary.progress {
+            -1 => "progress: none (no status signal)".to_string(),
+            p => format!("progress: {p}%"),
+        })?;
+        out.line(
+            &match (summary.phase.as_str(), phase_progress(&summary.phase)) {
+                ("", _) => "phase: none".to_string(),
+                (ph, Some(pp)) => format!("phase: {ph} ({pp}%)"),
+                (ph, None) => format!("phase: {ph}"),
+            },
+        )?;
+        out.line(&format!(
+            "exit: {}",
+            match (summary.exit, summary.success) {
+                (false, _) => "no",
+                (true, Some(true)) => "yes (success)",
+                (true, Some(false)) => "yes (failure)",
+                (true, None) => "yes",
+            }
+        ))?;
+        for (l, m) in &warnings {
+            out.line(&format!("warning: line {l}: {m}"))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,204 @@
+//! [`Checkpoint`]: one agent's handle on a mailbox, what its runtime calls at each checkpoint:
+//! presence while it lives, one pass per [`Checkpoint::poll`], and the waits built on passes.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sigbox::{Mailbox, MailboxOptions, Presence, Signal, SignalType};
+
+use crate::watch::{POLL, Waiter};
+
+/// How [`Checkpoint::wait`] learns that something may have arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Filesystem events where they are reliable, polling every second on network and FUSE
+    /// filesystems. The default.
+    Auto,
+    /// Filesystem events (inotify on Linux); an event overflow triggers a full rescan.
+    Events,
+    /// Poll at this interval; for filesystems that deliver no events.
+    Poll(Duration),
+}
+
+/// One agent's checkpoint handle.
+pub struct Checkpoint {
+    mailbox: Mailbox,
+    agent: String,
+    state: Option<String>,
+    mode: WaitMode,
+    _presence: Presence,
+    waiter: Waiter,
+    interrupted: Option<sigbox::Error>,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("root", &self.mailbox.root())
+            .field("agent", &self.agent)
+            .field("state", &self.state)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl Checkpoint {
+    /// Opens a checkpoint for `agent` on the mailbox at `root`, with default options, and
+    /// takes the agent's presence.
+    pub fn open(root: impl AsRef<Path>, agent: &str) -> sigbox::Result<Checkpoint> {
+        Checkpoint::with_options(&MailboxOptions::new(), root, agent)
+    }
+
+    /// Opens a checkpoint with mailbox options of your own.
+    pub fn with_options(
+        opts: &MailboxOptions,
+        root: impl AsRef<Path>,
+        agent: &str,
+    ) -> sigbox::Result<Checkpoint> {
+        let mailbox = opts.open(root)?;
+        let presence = mailbox.presence(agent)?;
+        Ok(Checkpoint {
+            mailbox,
+            agent: agent.to_string(),
+            state: None,
+            mode: WaitMode::Auto,
+            _presence: presence,
+            waiter: Waiter::new(),
+            interrupted: None,
+        })
+    }
+
+    /// Sets the agent's current state (for APPROVE/SKIP routing). Default: none.
+    pub fn state(&mut self, state: Option<&str>) -> &mut Self {
+        self.state = state.map(str::to_string);
+        self
+    }
+
+    /// Sets how waits detect new signals. Default: [`WaitMode::Auto`].
+    pub fn wait_mode(&mut self, mode: WaitMode) -> &mut Self {
+        self.mode = mode;
+        self.waiter.unwatch();
+        self
+    }
+
+    /// The agent.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// The mailbox.
+    pub fn mailbox(&self) -> &Mailbox {
+        &self.mailbox
+    }
+
+    /// Runs one checkpoint pass and returns the delivered signals, oldest first.
+    ///
+    /// If the pass failed after delivering signals, they are returned and the error is kept
+    /// for [`Checkpoint::take_error`]; the next call returns it if it was not taken.
+    pub fn poll(&mut self) -> sigbox::Result<Vec<Signal>> {
+        if let Some(e) = self.interrupted.take() {
+            return Err(e);
+        }
+        let pass = self.mailbox.pass(&self.agent, self.state.as_deref())?;
+        self.interrupted = pass.interrupted;
+        Ok(pass.delivered)
+    }
+
+    /// The error that interrupted the last pass after it had delivered signals, if any.
+    pub fn take_error(&mut self) -> Option<sigbox::Error> {
+        self.interrupted.take()
+    }
+
+    fn polling_interval(&self) -> Option<Duration> {
+        match self.mode {
+            WaitMode::Poll(d) => Some(d),
+            WaitMode::Events => None,
+            WaitMode::Auto if self.mailbox.events_reliable() => None,
+            WaitMode::Auto => Some(POLL),
+        }
+    }
+
+    /// Starts the watcher if this handle waits on events and has none yet. Must run before
+    /// the pass that precedes a wait, so that nothing arriving after that pass's listing is
+    /// missed.
+    fn arm(&mut self) -> sigbox::Result<()> {
+        if self.waiter.is_watching() {
+            return Ok(());
+        }
+        if let Some(interval) = self.polling_interval() {
+            self.waiter.poll(interval);
+            return Ok(());
+        }
+        let [inputs, buffered] = self.mailbox.watch_dirs();
+        if let Err(e) = self.waiter.watch(&[(inputs, false), (buffered, true)]) {
+            tracing::warn!(error = %e, "no filesystem events here; polling every second");
+            self.poll_from_now_on();
+        }
+        Ok(())
+    }
+
+    /// Gives up on events for this handle: it polls every second.
+    fn poll_from_now_on(&mut self) {
+        self.mode = WaitMode::Poll(POLL);
+        self.waiter.unwatch();
+        self.waiter.poll(POLL);
+    }
+
+    /// Blocks until at least one signal is delivered, or until `timeout` passes (then returns
+    /// an empty list). `None` waits forever.
+    ///
+    /// Event-driven where the filesystem gives events: it sleeps in the kernel until a file
+    /// changes in `inputs/` or the agent's buffer, a dropped file's settle window ends, or the
+    /// 30 s backstop; an event overflow triggers a full rescan. Where events are unreliable it
+    /// polls (see [`WaitMode`]). It never spins.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> sigbox::Result<Vec<Signal>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.arm()?;
+        loop {
+            // Drain wake-ups that arrived before this pass: the pass sees their effects.
+            self.waiter.drain();
+            if let Some(e) = self.interrupted.take() {
+                return Err(e);
+            }
+            let pass = self.mailbox.pass(&self.agent, self.state.as_deref())?;
+            self.interrupted = pass.interrupted;
+            if !pass.delivered.is_empty() {
+                return Ok(pass.delivered);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(Vec::new());
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(now));
+            if !self.waiter.sleep(pass.next_check, left) {
+                tracing::warn!("watcher stopped; polling every second");
+                self.poll_from_now_on();
+            }
+        }
+    }
+
+    /// The PAUSE handler: blocks until a RESUME, ABORT, STEER or INFO is delivered (or
+    /// `timeout` passes), and returns everything delivered meanwhile. Further PAUSEs keep it
+    /// waiting. Sleeps like [`Checkpoint::wait`]: no CPU is spent while paused.
+    pub fn wait_resume(&mut self, timeout: Option<Duration>) -> sigbox::Result<Vec<Signal>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut got = Vec::new();
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Ok(got);
+            }
+            let batch = self.wait(left)?;
+            let ends = batch.iter().any(|s| {
+                matches!(
+                    s.signal_type,
+                    SignalType::Resume | SignalType::Abort | SignalType::Steer | SignalType::Info
+                )
+            });
+            got.extend(batch);
+            if ends {
+                return Ok(got);
+            }
+        }
+    }
+}

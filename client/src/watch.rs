@@ -1,0 +1,247 @@
+//! Waiting for directories to change: [`DirWatch`], the filesystem events, and [`Waiter`], the
+//! one sleep between two looks that every waiting command shares (the backstop, the poll
+//! interval, a settling file's window and the caller's deadline).
+
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, SystemTime};
+
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+
+/// How often an event-driven wait rescans anyway, in case an event was lost: a backstop like
+/// Postfix's periodic pickup wake-up, cheap because a pass over an unchanged inbox costs one
+/// directory listing.
+const BACKSTOP: Duration = Duration::from_secs(30);
+
+/// How often a wait without events looks again, unless its caller says otherwise.
+pub(crate) const POLL: Duration = Duration::from_secs(1);
+
+/// An event-driven wait on a few directories: wakes when an entry is created, changed, renamed
+/// or removed in them (reads of the directories themselves never wake it), or when events
+/// overflowed and a rescan is due. Shared by every waiting command.
+pub struct DirWatch {
+    _watcher: RecommendedWatcher,
+    rx: Receiver<WakeUp>,
+}
+
+impl std::fmt::Debug for DirWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirWatch").finish_non_exhaustive()
+    }
+}
+
+impl DirWatch {
+    /// Watches `dirs` (each recursively or not). Fails when the platform gives no events or a
+    /// directory cannot be watched; callers then poll.
+    pub fn new(dirs: &[(&Path, bool)]) -> notify::Result<DirWatch> {
+        let (tx, rx) = mpsc::channel();
+        let handler = move |res: notify::Result<notify::Event>| {
+            if let Some(wake) = wake_of(&res) {
+                let _ = tx.send(wake);
+            }
+        };
+        let mut watcher = notify::recommended_watcher(handler)?;
+        for (dir, recursive) in dirs {
+            let mode = if *recursive {
+                RecursiveMode::Recursive
+            } else {
+                RecursiveMode::NonRecursive
+            };
+            watcher.watch(dir, mode)?;
+        }
+        Ok(DirWatch {
+            _watcher: watcher,
+            rx,
+        })
+    }
+
+    /// Forgets wake-ups that arrived so far: call right before looking at the directories, so
+    /// that anything after the look wakes the next [`DirWatch::wait`].
+    pub fn drain(&self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+
+    /// Sleeps until something changes or `timeout` passes. Returns false if the watcher died
+    /// (then poll instead).
+    pub fn wait(&self, timeout: Duration) -> bool {
+        match self.rx.recv_timeout(timeout) {
+            Ok(WakeUp::Rescan) => {
+                tracing::debug!("event overflow: rescanning");
+                true
+            }
+            Ok(WakeUp::Changed) | Err(RecvTimeoutError::Timeout) => true,
+            Err(RecvTimeoutError::Disconnected) => false,
+        }
+    }
+}
+
+/// Why a wait woke up.
+#[derive(Debug, PartialEq, Eq)]
+enum WakeUp {
+    Changed,
+    Rescan,
+}
+
+/// What a filesystem event means to a waiter. `None`: nothing to look at.
+fn wake_of(res: &notify::Result<notify::Event>) -> Option<WakeUp> {
+    match res {
+        // The kernel's queue overflowed (inotify IN_Q_OVERFLOW): events were lost, so the
+        // directories must be listed again, which the next pass does in full.
+        Ok(ev) if ev.need_rescan() => Some(WakeUp::Rescan),
+        // Opening and reading a directory are events too (inotify's IN_OPEN, IN_CLOSE_NOWRITE):
+        // the waiter's own listing must not wake it, or it would spin.
+        Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => None,
+        Ok(_) => Some(WakeUp::Changed),
+        // A watcher error may mean lost events too: rescan.
+        Err(_) => Some(WakeUp::Rescan),
+    }
+}
+
+/// The sleep between two looks at some directories, for a loop that looks, decides, and sleeps
+/// until something may have changed.
+///
+/// With a [`DirWatch`] it sleeps in the kernel until an event or the 30 s backstop; without one
+/// it polls. Either way it wakes early for the instant a settling file may be looked at again,
+/// and for the caller's deadline. It never spins while the watcher lives.
+///
+/// ```no_run
+/// use std::time::{Duration, Instant};
+/// use sigbox_client::Waiter;
+///
+/// let dir = std::path::Path::new("inbox");
+/// let deadline = Instant::now() + Duration::from_secs(60);
+/// let mut waiter = Waiter::new();
+/// waiter.poll(Duration::from_millis(200));
+/// let _ = waiter.watch(&[(dir, false)]); // no events here: it polls
+/// loop {
+///     waiter.drain();
+///     if std::fs::read_dir(dir)?.next().is_some() {
+///         break;
+///     }
+///     let now = Instant::now();
+///     if now >= deadline {
+///         break;
+///     }
+///     waiter.sleep(None, Some(deadline - now));
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Waiter {
+    watch: Option<DirWatch>,
+    poll: Duration,
+    margin: Duration,
+}
+
+impl Default for Waiter {
+    fn default() -> Waiter {
+        Waiter::new()
+    }
+}
+
+impl Waiter {
+    /// A waiter that polls until [`Waiter::watch`] succeeds.
+    pub fn new() -> Waiter {
+        Waiter {
+            watch: None,
+            poll: POLL,
+            margin: Duration::from_millis(1),
+        }
+    }
+
+    /// Sets how often it looks again without events. Default: 1 s.
+    pub fn poll(&mut self, every: Duration) -> &mut Self {
+        self.poll = every;
+        self
+    }
+
+    /// Sets how long after a settling file's window ends it wakes, so that the next look finds
+    /// the window over. Default: 1 ms.
+    pub fn settle_margin(&mut self, margin: Duration) -> &mut Self {
+        self.margin = margin;
+        self
+    }
+
+    /// Starts waiting on events in `dirs` (each recursively or not), replacing any earlier
+    /// watch. On failure it keeps what it had (polling, when it had nothing).
+    pub fn watch(&mut self, dirs: &[(&Path, bool)]) -> notify::Result<()> {
+        self.watch = Some(DirWatch::new(dirs)?);
+        Ok(())
+    }
+
+    /// Stops waiting on events: it polls from now on.
+    pub fn unwatch(&mut self) {
+        self.watch = None;
+    }
+
+    /// True while it waits on events.
+    pub fn is_watching(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    /// Forgets wake-ups that arrived so far: call right before looking, so that anything
+    /// after the look ends the next [`Waiter::sleep`].
+    pub fn drain(&self) {
+        if let Some(w) = &self.watch {
+            w.drain();
+        }
+    }
+
+    /// Sleeps for the backstop (with events) or the poll interval (without), but no later than
+    /// `next_check` (plus the settle margin) and no longer than `left`, the time to the
+    /// caller's deadline; with events it wakes at the first change.
+    ///
+    /// Returns false if the watcher died: it then returns at once until the caller calls
+    /// [`Waiter::unwatch`] (or watches again), which is the caller's choice.
+    pub fn sleep(&mut self, next_check: Option<SystemTime>, left: Option<Duration>) -> bool {
+        let mut sleep = if self.watch.is_some() {
+            BACKSTOP
+        } else {
+            self.poll
+        };
+        if let Some(at) = next_check {
+            let until = at
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            sleep = sleep.min(until + self.margin);
+        }
+        if let Some(left) = left {
+            sleep = sleep.min(left);
+        }
+        match &self.watch {
+            Some(w) => w.wait(sleep),
+            None => {
+                std::thread::sleep(sleep);
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{AccessKind, CreateKind, EventKind, Flag, ModifyKind, RenameMode};
+
+    #[test]
+    fn overflow_and_errors_rescan_reads_never_wake() {
+        let ev = |k| Ok(notify::Event::new(k));
+        assert_eq!(
+            wake_of(&ev(EventKind::Any).map(|e| e.set_flag(Flag::Rescan))),
+            Some(WakeUp::Rescan)
+        );
+        assert_eq!(
+            wake_of(&Err(notify::Error::generic("queue overflow"))),
+            Some(WakeUp::Rescan)
+        );
+        assert_eq!(wake_of(&ev(EventKind::Access(AccessKind::Any))), None);
+        assert_eq!(
+            wake_of(&ev(EventKind::Create(CreateKind::File))),
+            Some(WakeUp::Changed)
+        );
+        assert_eq!(
+            wake_of(&ev(EventKind::Modify(ModifyKind::Name(RenameMode::To)))),
+            Some(WakeUp::Changed)
+        );
+    }
+}
