@@ -1,4 +1,5 @@
-//! The two primitives every write in sigbox is made of: the atomic write and the claim.
+//! The two primitives every write in sigbox is made of (spec/mailbox.md §9.1, §9.2): the atomic
+//! write and the claim, and the fresh-name rule for a taken destination (§8, §9.3).
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};

@@ -48,7 +48,7 @@ impl ReadOutcome {
     }
 }
 
-/// The checks and the capped read of [`Io::read_untrusted`] on an open file. The file is read
+/// The checks and the capped read of [`super::Io::read_untrusted`] on an open file. The file is read
 /// with one `read` of its size plus one byte: a regular file's read stops at its end, so getting
 /// exactly the size proves the end was reached; anything else (it grew, shrank, or the read was
 /// cut short) reads on to the end, never past the cap.

@@ -1,4 +1,5 @@
-//! Platform differences live here and nowhere else.
+//! Platform differences live here and nowhere else (spec/mailbox.md §9.9), with the types the
+//! platform layer shares: [`Stamp`], [`EntryKind`], [`Entry`].
 //!
 //! Every function has the same signature on every platform; the Linux variant uses
 //! `renameat2(RENAME_NOREPLACE)`, the portable one falls back to `link` + `unlink`, which is
