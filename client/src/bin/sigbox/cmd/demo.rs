@@ -38,7 +38,7 @@ pub(crate) fn run(out: &mut Out) -> anyhow::Result<ExitCode> {
         "ship it",
     )?;
     std::fs::write(
-        root.join("inputs/signal.260208-143000Z.yaml"),
+        mb.inputs_dir().join("signal.260208-143000Z.yaml"),
         "type: INFO\ntarget: Executor\nmessage: a person wrote this by hand\n",
     )?;
     send(SignalType::Pause, exec.clone(), "hold on")?;
