@@ -68,7 +68,7 @@ pub use doctor::{Finding, Severity, diagnose};
 pub use error::{Error, ErrorKind, Result};
 pub use io::{Durability, FsHook, FsOp, IoOptions};
 pub use mailbox::{
-    Buffered, DEFAULT_QUORUM, Finished, LAYOUT, Mailbox, MailboxOptions, Pass, Pending, Presence,
-    Problem, ProblemKind, Rejection, SHARED_DIR_MODE, SHARED_FILE_MODE,
+    Buffered, DEFAULT_QUORUM, Finished, LAYOUT, Mailbox, MailboxOptions, Pass, PassControl,
+    Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE, SHARED_FILE_MODE,
 };
 pub use signal::{NewSignal, ROLES, Signal, SignalType, Target};

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sigbox::{Mailbox, MailboxOptions, Presence, Signal, SignalType};
+use sigbox::{Mailbox, MailboxOptions, PassControl, Presence, Signal, SignalType};
 
 use crate::watch::{POLL, Waiter};
 
@@ -96,10 +96,23 @@ impl Checkpoint {
     /// If the pass failed after delivering signals, they are returned and the error is kept
     /// for [`Checkpoint::take_error`]; the next call returns it if it was not taken.
     pub fn poll(&mut self) -> sigbox::Result<Vec<Signal>> {
+        self.poll_with(&PassControl::new(), &mut |_| Ok(()))
+    }
+
+    /// [`Checkpoint::poll`], handing each group of signals to `hand_over` as soon as it is
+    /// durably claimed, and stopping early as `control` says (see
+    /// [`sigbox::Mailbox::pass_with`]). Returns the signals `hand_over` accepted.
+    pub fn poll_with(
+        &mut self,
+        control: &PassControl<'_>,
+        hand_over: &mut dyn FnMut(&[Signal]) -> std::io::Result<()>,
+    ) -> sigbox::Result<Vec<Signal>> {
         if let Some(e) = self.interrupted.take() {
             return Err(e);
         }
-        let pass = self.mailbox.pass(&self.agent, self.state.as_deref())?;
+        let pass =
+            self.mailbox
+                .pass_with(&self.agent, self.state.as_deref(), control, hand_over)?;
         self.interrupted = pass.interrupted;
         Ok(pass.delivered)
     }
@@ -152,6 +165,17 @@ impl Checkpoint {
     /// 30 s backstop; an event overflow triggers a full rescan. Where events are unreliable it
     /// polls (see [`WaitMode`]). It never spins.
     pub fn wait(&mut self, timeout: Option<Duration>) -> sigbox::Result<Vec<Signal>> {
+        self.wait_with(timeout, &PassControl::new(), &mut |_| Ok(()))
+    }
+
+    /// [`Checkpoint::wait`], with each pass run as [`Checkpoint::poll_with`] runs it. Returns
+    /// early, with nothing, once `control`'s stop flag is set.
+    pub fn wait_with(
+        &mut self,
+        timeout: Option<Duration>,
+        control: &PassControl<'_>,
+        hand_over: &mut dyn FnMut(&[Signal]) -> std::io::Result<()>,
+    ) -> sigbox::Result<Vec<Signal>> {
         let deadline = timeout.map(|t| Instant::now() + t);
         self.arm()?;
         loop {
@@ -160,9 +184,11 @@ impl Checkpoint {
             if let Some(e) = self.interrupted.take() {
                 return Err(e);
             }
-            let pass = self.mailbox.pass(&self.agent, self.state.as_deref())?;
+            let pass =
+                self.mailbox
+                    .pass_with(&self.agent, self.state.as_deref(), control, hand_over)?;
             self.interrupted = pass.interrupted;
-            if !pass.delivered.is_empty() {
+            if !pass.delivered.is_empty() || control.stopped() {
                 return Ok(pass.delivered);
             }
             let now = Instant::now();

@@ -68,12 +68,19 @@ impl Batch {
         self.claims >= GROUP_COMMIT
     }
 
-    /// The deliveries that are durable, in FIFO order: what may be handed over.
-    pub(super) fn into_durable(self) -> impl Iterator<Item = Signal> {
-        self.deliveries
+    /// Takes the deliveries that are durable, in FIFO order: what may be handed over now.
+    pub(super) fn take_durable(&mut self) -> Vec<Signal> {
+        let (ready, pending) = std::mem::take(&mut self.deliveries)
             .into_iter()
-            .filter(|d| d.pending.is_none())
-            .map(|d| d.signal)
+            .partition::<Vec<_>, _>(|d| d.pending.is_none());
+        self.deliveries = pending;
+        self.durable = 0;
+        ready.into_iter().map(|d| d.signal).collect()
+    }
+
+    /// Deliveries made in this pass and not handed over yet, durable or not.
+    pub(super) fn len(&self) -> usize {
+        self.deliveries.len()
     }
 }
 

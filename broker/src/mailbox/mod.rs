@@ -38,6 +38,7 @@ use chrono::{DateTime, Utc};
 pub use layout::LAYOUT;
 pub(crate) use layout::Layout;
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
+pub use pass::PassControl;
 pub use presence::Presence;
 pub use report::{Buffered, Finished, Pass, Pending, Problem, ProblemKind, Rejection};
 

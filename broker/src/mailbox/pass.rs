@@ -9,13 +9,95 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use super::Mailbox;
 use super::claim::Batch;
 use super::report::Pass;
 use super::route::{Action, Item, Source, Who, decide};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::signal::Signal;
+
+/// How a pass hands its deliveries over and when it stops early.
+///
+/// A pass claims in groups and makes each group durable together (spec §9.2); with
+/// [`Mailbox::pass_with`], each group is handed to the caller as soon as it is durable, so
+/// a consumer that stops (a signal, a closed output) holds at most one group it has not
+/// passed on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PassControl<'a> {
+    max: Option<usize>,
+    stop: Option<&'a AtomicBool>,
+    idle: Option<&'a AtomicBool>,
+}
+
+impl<'a> PassControl<'a> {
+    /// No limit, no stop flag: the whole pass, as [`Mailbox::pass`] runs it.
+    pub fn new() -> PassControl<'a> {
+        PassControl::default()
+    }
+
+    /// Delivers at most `n` signals; the rest wait for the next pass. Default: no limit.
+    pub fn max(&mut self, n: usize) -> &mut Self {
+        self.max = Some(n);
+        self
+    }
+
+    /// Stops claiming once `flag` is set (say, by a signal handler): the claims already made
+    /// are committed and handed over, nothing more is claimed. Default: none.
+    pub fn stop_when(&mut self, flag: &'a AtomicBool) -> &mut Self {
+        self.stop = Some(flag);
+        self
+    }
+
+    /// Cleared when the pass starts and set again when it returns, after its last hand-over:
+    /// while it is set, the caller holds no claim it has not been handed. A signal handler
+    /// that ends the process only while this flag is set never drops a claim. Default: none.
+    pub fn idle_flag(&mut self, flag: &'a AtomicBool) -> &mut Self {
+        self.idle = Some(flag);
+        self
+    }
+
+    /// True once the stop flag is set.
+    pub fn stopped(&self) -> bool {
+        self.stop.is_some_and(|f| f.load(Ordering::Acquire))
+    }
+
+    fn should_stop(&self, delivered: usize) -> bool {
+        self.stopped() || self.max.is_some_and(|m| delivered >= m)
+    }
+}
+
+/// Where a pass hands its durable deliveries, group by group.
+type HandOver<'h> = &'h mut dyn FnMut(&[Signal]) -> std::io::Result<()>;
+
+/// A pass's hand-over: the caller's function, and whether it has failed (after which nothing
+/// more is handed to it).
+struct Handing<'h> {
+    to: HandOver<'h>,
+    failed: bool,
+}
+
+/// Holds a pass's idle flag cleared, and sets it again however the pass returns.
+struct Busy<'a>(Option<&'a AtomicBool>);
+
+impl<'a> Busy<'a> {
+    fn start(flag: Option<&'a AtomicBool>) -> Busy<'a> {
+        if let Some(f) = flag {
+            f.store(false, Ordering::SeqCst);
+        }
+        Busy(flag)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0 {
+            f.store(true, Ordering::SeqCst);
+        }
+    }
+}
 
 impl Mailbox {
     /// Runs one checkpoint pass for `agent` in `state` (see the routing table in
@@ -25,7 +107,26 @@ impl Mailbox {
     /// with both directories fsynced) or durably acked before this returns: it is never
     /// delivered to this agent again, also after a crash.
     pub fn pass(&self, agent: &str, state: Option<&str>) -> Result<Pass> {
+        self.pass_with(agent, state, &PassControl::new(), &mut |_| Ok(()))
+    }
+
+    /// [`Mailbox::pass`], handing each group of deliveries to `hand_over` as soon as it is
+    /// durable, in FIFO order, and stopping early as `control` says. `Pass::delivered` holds
+    /// what `hand_over` accepted. When `hand_over` fails (a closed output), the pass claims
+    /// nothing more and reports the failure (as its error, or in `Pass::interrupted` after
+    /// earlier groups were handed over); the group it failed to take stays claimed.
+    ///
+    /// **Durability:** as [`Mailbox::pass`]: every signal handed over is durably claimed or
+    /// acked first.
+    pub fn pass_with(
+        &self,
+        agent: &str,
+        state: Option<&str>,
+        control: &PassControl<'_>,
+        hand_over: HandOver<'_>,
+    ) -> Result<Pass> {
         self.check_agent(agent)?;
+        let _busy = Busy::start(control.idle);
         let span = tracing::debug_span!("pass", agent, state);
         let _enter = span.enter();
         let is_orch = self.is_orchestrator(agent);
@@ -83,13 +184,17 @@ impl Mailbox {
             items.sort_by(|a, b| (a.instant, &a.name).cmp(&(b.instant, &b.name)));
         }
         let mut batch = Batch::default();
-        let routed = self.route(&items, &who, &mut pass, &mut batch);
+        let mut handing = Handing {
+            to: hand_over,
+            failed: false,
+        };
+        let routed = self.route(&items, &who, control, &mut pass, &mut batch, &mut handing);
         // Hand over what is durable: every delivery when all went well; after an error, the
         // deliveries that were made durable (the claims still pending are committed first,
         // when possible).
         let committed = self.commit(&mut batch);
-        pass.delivered.extend(batch.into_durable());
-        if let Err(e) = routed.and(committed) {
+        let handed = self.hand_over(&mut batch, &mut pass, &mut handing);
+        if let Err(e) = routed.and(committed).and(handed) {
             if pass.delivered.is_empty() {
                 return Err(e);
             }
@@ -105,19 +210,58 @@ impl Mailbox {
         Ok(pass)
     }
 
+    /// Hands the batch's durable deliveries over, unless an earlier hand-over failed.
+    fn hand_over(
+        &self,
+        batch: &mut Batch,
+        pass: &mut Pass,
+        handing: &mut Handing<'_>,
+    ) -> Result<()> {
+        let ready = batch.take_durable();
+        if ready.is_empty() || handing.failed {
+            return Ok(());
+        }
+        if let Err(e) = (handing.to)(&ready) {
+            handing.failed = true;
+            return Err(Error::io(
+                &self.layout.root,
+                "cannot hand the claimed signals over",
+                e,
+            ));
+        }
+        pass.delivered.extend(ready);
+        Ok(())
+    }
+
+    /// Commits the batch and hands its deliveries over.
+    fn commit_and_hand_over(
+        &self,
+        batch: &mut Batch,
+        pass: &mut Pass,
+        handing: &mut Handing<'_>,
+    ) -> Result<()> {
+        self.commit(batch)?;
+        self.hand_over(batch, pass, handing)
+    }
+
     /// Carries out the routing table for every item in FIFO order.
     fn route(
         &self,
         items: &[Item],
         who: &Who<'_>,
+        control: &PassControl<'_>,
         pass: &mut Pass,
         batch: &mut Batch,
+        handing: &mut Handing<'_>,
     ) -> Result<()> {
         let agent = who.agent;
         let own = self.layout.buffer_dir(agent);
         let mut presence: HashMap<String, bool> = HashMap::new();
         let mut broadcasts: Vec<&Item> = Vec::new();
         for item in items {
+            if control.should_stop(pass.delivered.len() + batch.len()) {
+                break;
+            }
             let dir = match item.source {
                 Source::Buffer => &own,
                 Source::Inputs => &self.layout.inputs,
@@ -137,7 +281,7 @@ impl Mailbox {
                     }
                     // It may quarantine from inputs/ (an fsync of inputs/): commit first. An
                     // ack is durable as soon as it is written.
-                    self.commit(batch)?;
+                    self.commit_and_hand_over(batch, pass, handing)?;
                     self.ack_once(&item.name, agent, pass)?
                         .map(super::claim::Delivery::durable)
                 }
@@ -145,7 +289,7 @@ impl Mailbox {
                     // The move into a buffer fsyncs inputs/: commit first, or the pending
                     // claims' removal from inputs/ could become durable before their arrival
                     // in processed/ (lost in a crash).
-                    self.commit(batch)?;
+                    self.commit_and_hand_over(batch, pass, handing)?;
                     self.buffer(&item.name, x, pass)?;
                     None
                 }
@@ -159,12 +303,12 @@ impl Mailbox {
                 }
             }
             if batch.is_full() {
-                self.commit(batch)?;
+                self.commit_and_hand_over(batch, pass, handing)?;
             }
         }
         // Archiving fsyncs processed/ and inputs/: commit first, so that a claim is never made
         // durable by another operation's fsyncs and then dropped when the commit fails.
-        self.commit(batch)?;
+        self.commit_and_hand_over(batch, pass, handing)?;
         for item in broadcasts {
             if let Some(id) = self.archive_if_acked(&item.name, agent)? {
                 pass.archived.push(id);

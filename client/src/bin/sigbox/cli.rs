@@ -352,6 +352,9 @@ pub(crate) struct AgentArgs {
     /// The agent's current state (APPROVE and SKIP need an approval state).
     #[arg(long)]
     pub(crate) state: Option<String>,
+    /// Deliver at most N signals in this call; the rest wait for the next one.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max: Option<u64>,
 }
 
 #[derive(Debug, Args)]

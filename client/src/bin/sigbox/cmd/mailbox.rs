@@ -3,12 +3,17 @@
 use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
+use sigbox::PassControl;
 use sigbox::{Mailbox, MailboxOptions, NewSignal, Severity, SignalType, Target};
 use sigbox_client::{Checkpoint, WaitMode};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::{flag, low_level};
 
 use crate::cli::{AgentArgs, SendArgs, WaitArgs};
 use crate::output::{Out, age, signal_human, signal_json, target_json};
@@ -66,8 +71,10 @@ pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result
 
 pub(crate) fn poll(root: &Path, args: &AgentArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mut cp = checkpoint(root, args)?;
-    let delivered = cp.poll()?;
-    print_signals(out, &delivered)?;
+    let interrupts = Interrupts::install()?;
+    let control = interrupts.control(args.max);
+    cp.poll_with(&control, &mut |group| print_signals(out, group))?;
+    interrupts.finish(out)?;
     if let Some(e) = cp.take_error() {
         return Err(e.into());
     }
@@ -80,11 +87,12 @@ fn checkpoint(root: &Path, args: &AgentArgs) -> anyhow::Result<Checkpoint> {
     Ok(cp)
 }
 
-fn print_signals(out: &mut Out, signals: &[sigbox::Signal]) -> anyhow::Result<()> {
+/// Prints a group of delivered signals and flushes them: the hand-over of a pass.
+fn print_signals(out: &mut Out, signals: &[sigbox::Signal]) -> std::io::Result<()> {
     for s in signals {
         out.emit(&signal_json(s), || signal_human(s))?;
     }
-    Ok(())
+    out.flush()
 }
 
 pub(crate) fn wait(root: &Path, args: WaitArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
@@ -92,8 +100,12 @@ pub(crate) fn wait(root: &Path, args: WaitArgs, out: &mut Out) -> anyhow::Result
     if let Some(p) = args.poll_interval {
         cp.wait_mode(WaitMode::Poll(p));
     }
-    let delivered = cp.wait(args.timeout)?;
-    print_signals(out, &delivered)?;
+    let interrupts = Interrupts::install()?;
+    let control = interrupts.control(args.agent.max);
+    let delivered = cp.wait_with(args.timeout, &control, &mut |group| {
+        print_signals(out, group)
+    })?;
+    interrupts.finish(out)?;
     if let Some(e) = cp.take_error() {
         return Err(e.into());
     }
@@ -102,6 +114,60 @@ pub(crate) fn wait(root: &Path, args: WaitArgs, out: &mut Out) -> anyhow::Result
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// SIGINT, SIGTERM and SIGHUP during `poll` and `wait` (spec/mailbox.md §9.2, "Hand-over"):
+/// while a pass holds claims, a signal stops it from claiming more; it prints what it holds,
+/// and then the process ends by that signal, as it would have. While no pass runs (a `wait`
+/// sleeping), the signal ends the process at once: nothing is in hand.
+struct Interrupts {
+    /// Set while no pass holds a claim: the signal's default action may run.
+    idle: Arc<AtomicBool>,
+    /// Set by any of the signals: claim nothing more.
+    stop: Arc<AtomicBool>,
+    /// The last signal that arrived, or 0.
+    which: Arc<AtomicUsize>,
+}
+
+impl Interrupts {
+    const SIGNALS: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
+
+    fn install() -> anyhow::Result<Interrupts> {
+        let me = Interrupts {
+            idle: Arc::new(AtomicBool::new(true)),
+            stop: Arc::new(AtomicBool::new(false)),
+            which: Arc::new(AtomicUsize::new(0)),
+        };
+        for sig in Self::SIGNALS {
+            // The default action first: while idle, it ends the process before the flags
+            // matter.
+            flag::register_conditional_default(sig, Arc::clone(&me.idle))
+                .and_then(|_| flag::register(sig, Arc::clone(&me.stop)))
+                .and_then(|_| flag::register_usize(sig, Arc::clone(&me.which), sig as usize))
+                .with_context(|| format!("cannot install a handler for signal {sig}"))?;
+        }
+        Ok(me)
+    }
+
+    fn control(&self, max: Option<u64>) -> PassControl<'_> {
+        let mut c = PassControl::new();
+        c.stop_when(&self.stop).idle_flag(&self.idle);
+        if let Some(n) = max {
+            c.max(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        c
+    }
+
+    /// After the last hand-over: ends the process by the signal that stopped it, if any.
+    fn finish(&self, out: &mut Out) -> anyhow::Result<()> {
+        let sig = self.which.load(Ordering::SeqCst);
+        if sig != 0 {
+            out.flush()?;
+            low_level::emulate_default_handler(sig as i32)
+                .with_context(|| format!("cannot end the process by signal {sig}"))?;
+        }
+        Ok(())
+    }
 }
 
 pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,208 @@
+//! Guards the hand-over of `sigbox poll` and `wait` under SIGINT, SIGTERM and SIGHUP: a pass
+//! interrupted in the middle of thousands of claims prints every signal it claimed before the
+//! process ends by the signal, so nothing claimed is lost and nothing is printed twice; an idle
+//! `wait` ends at once; `--max` bounds one call.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use sigbox::{Durability, MailboxOptions, NewSignal, SignalType, Target};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
+
+/// A mailbox with `n` signals for the Executor.
+fn mailbox_with(root: &Path, n: usize) -> HashSet<String> {
+    let mb = MailboxOptions::new()
+        .durability(Durability::RelaxedNoFsync)
+        .init(root)
+        .unwrap();
+    (0..n)
+        .map(|i| {
+            mb.send(
+                NewSignal::new(SignalType::Steer)
+                    .target(Target::Agent("Executor".into()))
+                    .message(format!("m{i}")),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+fn processed(root: &Path) -> HashSet<String> {
+    sigbox::Mailbox::open(root)
+        .unwrap()
+        .processed()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.unwrap().id)
+        .collect()
+}
+
+fn ids_of(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["id"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// Runs `sigbox --json ARGS`, sends `signal` once the first signal is printed (the pass is
+/// then in the middle of its claims), and returns the printed lines and how it ended.
+fn interrupt_after_first_line(root: &Path, args: &[&str], signal: &str) -> (Vec<String>, i32) {
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(root)
+        .arg("--json")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut out = vec![lines.next().expect("the pass printed nothing").unwrap()];
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    out.extend(lines.map(Result::unwrap));
+    let status = child.wait().unwrap();
+    let by = status
+        .signal()
+        .unwrap_or_else(|| panic!("{signal}: ended with {status} instead of by the signal"));
+    (out, by)
+}
+
+fn interrupted_poll_prints_everything_it_claimed(signal: &str, signo: i32) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let sent = mailbox_with(&root, 5_000);
+    let (lines, by) = interrupt_after_first_line(&root, &["poll", "--as", "Executor"], signal);
+    assert_eq!(by, signo, "ended by another signal");
+    let printed = ids_of(&lines);
+    let unique: HashSet<String> = printed.iter().cloned().collect();
+    assert_eq!(unique.len(), printed.len(), "a signal was printed twice");
+    let claimed = processed(&root);
+    assert_eq!(
+        claimed, unique,
+        "claimed and printed differ: a claim was lost"
+    );
+    assert!(
+        unique.len() < sent.len(),
+        "{signal} came after the pass had finished: nothing was interrupted"
+    );
+    // What was not claimed is still pending, and the next poll delivers it.
+    let rest = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["--json", "poll", "--as", "Executor"])
+        .output()
+        .unwrap();
+    assert!(rest.status.success());
+    let rest: Vec<String> = String::from_utf8(rest.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let mut all = unique;
+    for id in ids_of(&rest) {
+        assert!(all.insert(id), "delivered again after the interrupted pass");
+    }
+    assert_eq!(all, sent);
+    eprintln!(
+        "{signal}: {} of {} printed before the signal, 0 lost",
+        printed.len(),
+        sent.len()
+    );
+}
+
+#[test]
+fn sigterm_during_a_poll_loses_no_claim() {
+    interrupted_poll_prints_everything_it_claimed("TERM", 15);
+}
+
+#[test]
+fn sigint_during_a_poll_loses_no_claim() {
+    interrupted_poll_prints_everything_it_claimed("INT", 2);
+}
+
+#[test]
+fn sighup_during_a_poll_loses_no_claim() {
+    interrupted_poll_prints_everything_it_claimed("HUP", 1);
+}
+
+#[test]
+fn sigterm_during_a_wait_pass_loses_no_claim() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let sent = mailbox_with(&root, 5_000);
+    let (lines, by) = interrupt_after_first_line(
+        &root,
+        &["wait", "--as", "Executor", "--timeout", "60s"],
+        "TERM",
+    );
+    assert_eq!(by, 15);
+    let printed: HashSet<String> = ids_of(&lines).into_iter().collect();
+    assert_eq!(printed.len(), lines.len(), "a signal was printed twice");
+    assert_eq!(processed(&root), printed, "a claim was lost");
+    assert!(printed.len() < sent.len(), "nothing was interrupted");
+}
+
+#[test]
+fn an_idle_wait_ends_by_the_signal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    mailbox_with(&root, 0);
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["wait", "--as", "Executor", "--timeout", "120s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Give it time to reach its sleep; a signal before that ends it the same way.
+    std::thread::sleep(Duration::from_millis(300));
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(2), "{status}");
+}
+
+#[test]
+fn max_bounds_one_call() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let sent = mailbox_with(&root, 100);
+    let run = || {
+        let out = Command::new(BIN)
+            .arg("--root")
+            .arg(&root)
+            .args(["--json", "poll", "--as", "Executor", "--max", "30"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let mut seen = HashSet::new();
+    for want in [30, 30, 30, 10, 0] {
+        let got = ids_of(&run());
+        assert_eq!(got.len(), want);
+        for id in got {
+            assert!(seen.insert(id), "delivered twice");
+        }
+        assert_eq!(processed(&root), seen);
+    }
+    assert_eq!(seen, sent);
+}
