@@ -89,7 +89,8 @@ pub(crate) enum Claimed<T> {
 /// concurrent claimers of the same `src` wins.
 ///
 /// `between` runs after the rename and before the fsyncs (it may write beside `dest`); then the
-/// destination directory is fsynced, then the source directory. Destination first: a crash
+/// destination directory is fsynced, then the source directory. When `between` fails, the claim
+/// is undone (renamed back, no-clobber) and its error returned. Destination first: a crash
 /// between the two leaves the file in both directories (handled as an interrupted claim),
 /// never in neither.
 ///
@@ -121,7 +122,20 @@ pub(crate) fn claim_unsynced<T>(
     Ok(match io.rename_noreplace(src, dest)? {
         Renamed::SourceGone => Claimed::Lost,
         Renamed::DestExists => Claimed::DestExists,
-        Renamed::Done => Claimed::Won(between()?),
+        Renamed::Done => match between() {
+            Ok(t) => Claimed::Won(t),
+            Err(e) => {
+                // The claim is undone: the file goes back where it was, for a later claim.
+                // Whoever called this will not hand it over, so leaving it at `dest` would
+                // lose it. If the move back fails too, the file stays at `dest` as an
+                // interrupted claim (spec/mailbox.md §9.6).
+                match io.rename_noreplace(dest, src) {
+                    Ok(Renamed::Done) => {}
+                    other => tracing::warn!(file = %dest.display(), ?other, "cannot undo a claim"),
+                }
+                return Err(e);
+            }
+        },
     })
 }
 

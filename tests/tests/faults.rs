@@ -77,3 +77,63 @@ fn a_failed_write_leaves_nothing_visible() {
         "staged file removed"
     );
 }
+
+/// Fails the creation and the writes of files whose path contains `needle`.
+struct FailFilesLike(&'static str);
+
+impl FsHook for FailFilesLike {
+    fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
+        match op {
+            FsOp::CreateFile(p) | FsOp::Write(p, _) if p.to_string_lossy().contains(self.0) => {
+                Err(io::Error::from_raw_os_error(28)) // ENOSPC
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn a_quarantine_whose_reason_cannot_be_written_leaves_the_file_in_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut opts = MailboxOptions::new();
+    opts.settle(std::time::Duration::ZERO);
+    let clean = opts.init(tmp.path()).unwrap();
+    std::fs::write(clean.inputs_dir().join("bad.yaml"), "type: [unclosed\n").unwrap();
+    let mb = opts
+        .clone()
+        .hook(Arc::new(FailFilesLike(".reason.")))
+        .open(tmp.path())
+        .unwrap();
+    let err = mb.pass("Executor", None).unwrap_err();
+    assert!(err.to_string().contains("No space left"), "{err}");
+    assert!(
+        clean.inputs_dir().join("bad.yaml").exists(),
+        "moved without its reason"
+    );
+    assert!(clean.rejected().unwrap().is_empty());
+    // Once the reason can be written, the file is quarantined with it.
+    let p = clean.pass("Executor", None).unwrap();
+    assert_eq!(p.rejected.len(), 1);
+    assert!(clean.rejected().unwrap()[0].reason.contains("invalid YAML"));
+}
+
+#[test]
+fn a_claim_whose_record_cannot_be_appended_is_undone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clean = sigbox::Mailbox::init(tmp.path()).unwrap();
+    let id = clean.send(&sig()).unwrap();
+    let mb = MailboxOptions::new()
+        .hook(Arc::new(FailFilesLike("/processed/")))
+        .open(tmp.path())
+        .unwrap();
+    let err = mb.pass("Executor", None).unwrap_err();
+    assert!(err.to_string().contains("No space left"), "{err}");
+    assert!(!mb.is_poisoned(), "a failed write is not a failed fsync");
+    assert!(
+        sigbox_tests::names(&tmp.path().join("processed")).is_empty(),
+        "claimed and not handed over"
+    );
+    let again = clean.pass("Executor", None).unwrap();
+    assert_eq!(again.delivered.len(), 1);
+    assert_eq!(again.delivered[0].id, id);
+}

@@ -302,13 +302,32 @@ impl Io {
 
     /// fsyncs a directory so that entries created, renamed or removed in it survive a crash.
     ///
-    /// A failed fsync poisons the handle.
+    /// A failed fsync poisons the handle; a failure to open the directory (say, no descriptor
+    /// left) does not: nothing was attempted.
     pub(crate) fn sync_dir(&self, path: &Path) -> Result<()> {
         self.check_poison(path)?;
         if self.durability == Durability::RelaxedNoFsync {
             return Ok(());
         }
-        self.effect(FsOp::SyncDir(path), || sys::open_dir(path)?.sync_all())
+        let dir = self.open_dir(path)?;
+        self.sync_dir_file(&dir, path)
+    }
+
+    /// Opens a directory for [`Io::sync_dir_file`]: a pass opens the directories its commit will
+    /// fsync before it claims anything, so that running out of descriptors can stop it only
+    /// before a claim, never between a claim and its commit.
+    pub(crate) fn open_dir(&self, path: &Path) -> Result<File> {
+        sys::open_dir(path).map_err(|e| Error::io(path, "cannot open directory", e))
+    }
+
+    /// [`Io::sync_dir`] of a directory opened by [`Io::open_dir`]. A failed fsync poisons the
+    /// handle.
+    pub(crate) fn sync_dir_file(&self, dir: &File, path: &Path) -> Result<()> {
+        self.check_poison(path)?;
+        if self.durability == Durability::RelaxedNoFsync {
+            return Ok(());
+        }
+        self.effect(FsOp::SyncDir(path), || dir.sync_all())
             .map_err(|e| {
                 self.poison();
                 Error::io(
@@ -329,11 +348,15 @@ impl Io {
     /// a thread cannot be spawned, the ones running do its share). A failure poisons the
     /// handle, so the fsyncs not yet started are refused; the error returned is the first real
     /// failure in `files` order, then `dir`, rather than a refusal that followed it.
-    pub(crate) fn sync_together(&self, files: &[(PathBuf, File)], dir: &Path) -> Result<()> {
+    pub(crate) fn sync_together(
+        &self,
+        files: &[(PathBuf, File)],
+        (dir, dir_file): (&Path, &File),
+    ) -> Result<()> {
         let jobs = files.len() + 1;
         let job = |i: usize| match files.get(i) {
             Some((path, file)) => self.sync_data(file, path),
-            None => self.sync_dir(dir),
+            None => self.sync_dir_file(dir_file, dir),
         };
         if files.len() <= 1 || self.durability == Durability::RelaxedNoFsync {
             return (0..jobs).try_for_each(job);
@@ -472,9 +495,10 @@ impl Io {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ReadOutcome::Gone),
             Err(e) if is_symlink_error(&e) => return Ok(ReadOutcome::NotRegular("a symlink")),
+            Err(e) if sys::is_transient(&e) => return Err(Error::io(path, "cannot open", e)),
             Err(e) => return Ok(ReadOutcome::Unreadable(format!("cannot open: {e}"))),
         };
-        Ok(read_checked(&file, cap))
+        read_checked(&file, cap).map_err(|e| Error::io(path, "cannot read", e))
     }
 
     /// [`Io::read_untrusted`] for a file this handle has just claimed (renamed into
@@ -490,9 +514,10 @@ impl Io {
         let file = match sys::open_read_append(path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((ReadOutcome::Gone, None)),
+            Err(e) if sys::is_transient(&e) => return Err(Error::io(path, "cannot open", e)),
             Err(_) => return Ok((self.read_untrusted(path, cap)?, None)),
         };
-        let r = read_checked(&file, cap);
+        let r = read_checked(&file, cap).map_err(|e| Error::io(path, "cannot read", e))?;
         let keep = matches!(r, ReadOutcome::Bytes(..)).then_some(file);
         Ok((r, keep))
     }

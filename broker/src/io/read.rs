@@ -52,28 +52,38 @@ impl ReadOutcome {
 /// with one `read` of its size plus one byte: a regular file's read stops at its end, so getting
 /// exactly the size proves the end was reached; anything else (it grew, shrank, or the read was
 /// cut short) reads on to the end, never past the cap.
-pub(super) fn read_checked(mut file: &File, cap: u64) -> ReadOutcome {
+///
+/// A transient failure (see [`sys::is_transient`]) is the error; any other failure is
+/// [`ReadOutcome::Unreadable`], a property of the file.
+pub(super) fn read_checked(mut file: &File, cap: u64) -> io::Result<ReadOutcome> {
+    let unreadable = |what: &str, e: io::Error| {
+        if sys::is_transient(&e) {
+            Err(e)
+        } else {
+            Ok(ReadOutcome::Unreadable(format!("{what}: {e}")))
+        }
+    };
     let meta = match file.metadata() {
         Ok(m) => m,
-        Err(e) => return ReadOutcome::Unreadable(format!("cannot stat: {e}")),
+        Err(e) => return unreadable("cannot stat", e),
     };
     let ft = meta.file_type();
     if !ft.is_file() {
-        return ReadOutcome::NotRegular(if ft.is_dir() {
+        return Ok(ReadOutcome::NotRegular(if ft.is_dir() {
             "a directory"
         } else {
             "a FIFO, socket or device"
-        });
+        }));
     }
     let stamp = sys::stamp(&meta);
     if stamp.nlink > 1 {
-        return ReadOutcome::HardLinked(stamp.nlink);
+        return Ok(ReadOutcome::HardLinked(stamp.nlink));
     }
     if stamp.size > cap {
-        return ReadOutcome::TooLarge {
+        return Ok(ReadOutcome::TooLarge {
             size: stamp.size,
             cap,
-        };
+        });
     }
     let size = stamp.size as usize;
     let mut buf = vec![0; size + 1];
@@ -85,7 +95,7 @@ pub(super) fn read_checked(mut file: &File, cap: u64) -> ReadOutcome {
     };
     let n = match first {
         Ok(n) => n,
-        Err(e) => return ReadOutcome::Unreadable(format!("cannot read: {e}")),
+        Err(e) => return unreadable("cannot read", e),
     };
     buf.truncate(n);
     if n != size
@@ -93,13 +103,13 @@ pub(super) fn read_checked(mut file: &File, cap: u64) -> ReadOutcome {
             .take((cap + 1).saturating_sub(n as u64))
             .read_to_end(&mut buf)
     {
-        return ReadOutcome::Unreadable(format!("cannot read: {e}"));
+        return unreadable("cannot read", e);
     }
     if buf.len() as u64 > cap {
-        return ReadOutcome::TooLarge {
+        return Ok(ReadOutcome::TooLarge {
             size: buf.len() as u64,
             cap,
-        };
+        });
     }
-    ReadOutcome::Bytes(buf, stamp)
+    Ok(ReadOutcome::Bytes(buf, stamp))
 }

@@ -16,9 +16,9 @@ fn a_file_is_read_whole_whatever_its_size() {
         let p = dir.path().join(format!("f{len}"));
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         fs::write(&p, &data).unwrap();
-        assert_eq!(bytes(read_checked(&File::open(&p).unwrap(), 1 << 20)), data);
+        assert_eq!(bytes(read_checked(&File::open(&p).unwrap(), 1 << 20).unwrap()), data);
         if len > 0 {
-            let over = read_checked(&File::open(&p).unwrap(), len as u64 - 1);
+            let over = read_checked(&File::open(&p).unwrap(), len as u64 - 1).unwrap();
             assert!(
                 matches!(over, ReadOutcome::TooLarge { size, .. } if size == len as u64),
                 "{over:?}"
@@ -32,7 +32,7 @@ fn a_file_is_read_whole_whatever_its_size() {
 fn a_file_longer_than_its_stat_size_is_read_to_its_end_within_the_cap() {
     // procfs files report size 0 and hold more: the single sized read comes back longer
     // than the size, and the rest is read on to the end.
-    let read = |cap| read_checked(&File::open("/proc/self/status").unwrap(), cap);
+    let read = |cap| read_checked(&File::open("/proc/self/status").unwrap(), cap).unwrap();
     let all = bytes(read(1 << 20));
     assert!(all.starts_with(b"Name:") && all.ends_with(b"\n"), "{all:?}");
     assert!(matches!(
@@ -157,7 +157,8 @@ fn a_group_of_syncs_is_in_flight_together_and_a_failure_is_reported() {
         fail: vec![],
     });
     let io = Io::new(IoOptions::new().hook(hook.clone()));
-    io.sync_together(&files, dir.path()).unwrap();
+    io.sync_together(&files, (dir.path(), &File::open(dir.path()).unwrap()))
+        .unwrap();
     let seen = hook.seen.lock().unwrap().clone();
     assert_eq!(names(&seen), all, "each file and the directory, once");
     let threads: std::collections::HashSet<_> = seen.iter().map(|(_, t)| *t).collect();
@@ -170,7 +171,9 @@ fn a_group_of_syncs_is_in_flight_together_and_a_failure_is_reported() {
         fail: vec![files[5].0.clone()],
     });
     let io = Io::new(IoOptions::new().hook(hook.clone()));
-    let err = io.sync_together(&files, dir.path()).unwrap_err();
+    let err = io
+        .sync_together(&files, (dir.path(), &File::open(dir.path()).unwrap()))
+        .unwrap_err();
     assert_eq!(err.path(), Some(files[5].0.as_path()), "{err}");
     assert_ne!(err.kind(), ErrorKind::Poisoned, "{err}");
     assert!(io.is_poisoned());
@@ -181,7 +184,8 @@ fn a_group_of_syncs_is_in_flight_together_and_a_failure_is_reported() {
         fail: vec![],
     });
     let io = Io::new(IoOptions::new().hook(hook.clone()));
-    io.sync_together(&files[..1], dir.path()).unwrap();
+    io.sync_together(&files[..1], (dir.path(), &File::open(dir.path()).unwrap()))
+        .unwrap();
     let seen = hook.seen.lock().unwrap().clone();
     let me = std::thread::current().id();
     assert_eq!(

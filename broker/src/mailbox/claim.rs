@@ -22,6 +22,16 @@ use crate::signal::Signal;
 /// time (each keeps its file open until the commit).
 const GROUP_COMMIT: usize = 64;
 
+/// The group size for this process: [`GROUP_COMMIT`], or a quarter of the soft limit on open
+/// descriptors when that is smaller (a pass under `ulimit -n 16` commits every 4 claims).
+pub(super) fn group_size() -> usize {
+    crate::sys::open_files_limit()
+        .map_or(GROUP_COMMIT, |n| {
+            usize::try_from(n / 4).unwrap_or(GROUP_COMMIT)
+        })
+        .clamp(1, GROUP_COMMIT)
+}
+
 /// A signal claimed for delivery.
 pub(super) struct Delivery {
     pub(super) signal: Signal,
@@ -41,13 +51,17 @@ impl Delivery {
 }
 
 /// The claims of a pass not yet durable, and the pass's deliveries in order.
-#[derive(Default)]
 pub(super) struct Batch {
+    /// Claims per commit.
+    group: usize,
     /// Appended handling blocks, to fdatasync.
     files: Vec<(PathBuf, File)>,
     /// Directories to fsync after `processed/`, in order: the claims' source directories,
     /// with `inputs/` before any buffer (spec/mailbox.md §9.2).
     dirs: Vec<PathBuf>,
+    /// The directories the commit fsyncs, opened before the first claim that needs each, so
+    /// that a commit never needs a new descriptor (`processed/` and the source directories).
+    open_dirs: Vec<(PathBuf, File)>,
     /// Claims since the last commit.
     claims: usize,
     /// Deliveries in FIFO order.
@@ -58,6 +72,37 @@ pub(super) struct Batch {
 }
 
 impl Batch {
+    /// An empty batch that commits every `group` claims.
+    pub(super) fn new(group: usize) -> Batch {
+        Batch {
+            group,
+            files: Vec::new(),
+            dirs: Vec::new(),
+            open_dirs: Vec::new(),
+            claims: 0,
+            deliveries: Vec::new(),
+            durable: 0,
+        }
+    }
+
+    /// Opens `dir` for the commit unless it is open already.
+    fn open_dir(&mut self, io: &crate::io::Io, dir: &Path) -> Result<()> {
+        if !self.open_dirs.iter().any(|(p, _)| p == dir) {
+            let f = io.open_dir(dir)?;
+            self.open_dirs.push((dir.to_path_buf(), f));
+        }
+        Ok(())
+    }
+
+    fn dir_file(&self, dir: &Path) -> &File {
+        &self
+            .open_dirs
+            .iter()
+            .find(|(p, _)| p == dir)
+            .expect("a batch opens every directory it commits before its first claim")
+            .1
+    }
+
     /// Adds a delivery, in FIFO order.
     pub(super) fn push(&mut self, d: Delivery) {
         self.deliveries.push(d);
@@ -65,7 +110,7 @@ impl Batch {
 
     /// True when the batch holds as many uncommitted claims as one commit takes.
     pub(super) fn is_full(&self) -> bool {
-        self.claims >= GROUP_COMMIT
+        self.claims >= self.group
     }
 
     /// Takes the deliveries that are durable, in FIFO order: what may be handed over now.
@@ -104,9 +149,11 @@ impl Mailbox {
         if batch.claims > 0 {
             // Closed when the syncs are done, whatever their outcome.
             let files = std::mem::take(&mut batch.files);
-            self.io.sync_together(&files, &self.layout.processed)?;
+            let processed = &self.layout.processed;
+            self.io
+                .sync_together(&files, (processed, batch.dir_file(processed)))?;
             while let Some(dir) = batch.dirs.first() {
-                self.io.sync_dir(dir)?;
+                self.io.sync_dir_file(batch.dir_file(dir), dir)?;
                 for d in &mut batch.deliveries[batch.durable..] {
                     if d.pending.as_ref() == Some(dir) {
                         d.pending = None;
@@ -155,6 +202,11 @@ impl Mailbox {
         let found = atomic::with_fresh_names(processed, name, |attempt, dest| {
             let (claimed, pending) = match batch.as_deref_mut() {
                 Some(b) => {
+                    // Every descriptor the commit needs, before the claim: running out of
+                    // descriptors then stops the pass before this claim, not after it.
+                    for d in [processed.as_path(), self.layout.inputs.as_path(), dir] {
+                        b.open_dir(&self.io, d)?;
+                    }
                     let annotate = || self.annotate(&dest, name, &extra, agent, Some(&mut b.files));
                     let claimed = atomic::claim_unsynced(&self.io, &src, &dest, annotate)?;
                     if let Claimed::Won(_) = claimed {

@@ -62,6 +62,8 @@ pub struct Mailbox {
     scans: Mutex<ScanCache>,
     /// Broadcasts this handle knows are acked, per agent (`broadcast.rs`).
     acked: Mutex<HashSet<(String, OsString)>>,
+    /// Claims per group commit (`claim.rs`).
+    group: usize,
 }
 
 impl std::fmt::Debug for Mailbox {
@@ -144,6 +146,7 @@ impl Mailbox {
             io,
             scans: Mutex::new(ScanCache::default()),
             acked: Mutex::new(HashSet::new()),
+            group: claim::group_size(),
         }
     }
 

@@ -183,7 +183,7 @@ impl Mailbox {
             items.extend(buf.items);
             items.sort_by(|a, b| (a.instant, &a.name).cmp(&(b.instant, &b.name)));
         }
-        let mut batch = Batch::default();
+        let mut batch = Batch::new(self.group);
         let mut handing = Handing {
             to: hand_over,
             failed: false,

@@ -85,6 +85,17 @@ pub(crate) fn is_shared_dir(_path: &Path) -> bool {
     false
 }
 
+pub(crate) fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::OutOfMemory | io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+    )
+}
+
+pub(crate) fn open_files_limit() -> Option<u64> {
+    None
+}
+
 pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied
 }

@@ -243,6 +243,37 @@ pub(crate) fn is_shared_dir(path: &Path) -> bool {
     })
 }
 
+/// True for an error that says something about the moment rather than the file: out of
+/// descriptors or memory, interrupted, try again, an I/O error, no space. A read or write that
+/// fails with one is retried later; the file is left where it is, never quarantined.
+pub(crate) fn is_transient(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    let Some(code) = e.raw_os_error() else {
+        return matches!(
+            e.kind(),
+            io::ErrorKind::OutOfMemory | io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+        );
+    };
+    [
+        Errno::MFILE,
+        Errno::NFILE,
+        Errno::NOMEM,
+        Errno::INTR,
+        Errno::AGAIN,
+        Errno::IO,
+        Errno::NOBUFS,
+        Errno::NOSPC,
+        Errno::DQUOT,
+    ]
+    .iter()
+    .any(|errno| errno.raw_os_error() == code)
+}
+
+/// The soft limit on open descriptors of this process, when there is one.
+pub(crate) fn open_files_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
 /// True for "permission denied".
 pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied

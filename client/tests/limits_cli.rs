@@ -1,0 +1,82 @@
+//! Guards `sigbox poll` under a small descriptor limit (`ulimit -n`): with 16 it delivers every
+//! pending signal, quarantining none; with too few to claim at all it exits 2 naming the
+//! reason, and every signal is still pending.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+
+use sigbox::{Durability, MailboxOptions, NewSignal, SignalType, Target};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
+
+fn mailbox_with(root: &Path, n: usize) -> (sigbox::Mailbox, HashSet<String>) {
+    let mb = MailboxOptions::new()
+        .durability(Durability::RelaxedNoFsync)
+        .init(root)
+        .unwrap();
+    let sent = (0..n)
+        .map(|i| {
+            mb.send(
+                NewSignal::new(SignalType::Steer)
+                    .target(Target::Agent("Executor".into()))
+                    .message(format!("m{i}")),
+            )
+            .unwrap()
+        })
+        .collect();
+    (mb, sent)
+}
+
+/// `sigbox --json poll --as Executor` under `ulimit -n limit`.
+fn poll_with_limit(root: &Path, limit: u32) -> std::process::Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n {limit} && exec \"$0\" --root \"$1\" --json poll --as Executor"
+        ))
+        .arg(BIN)
+        .arg(root)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn poll_under_ulimit_16_delivers_everything_and_quarantines_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let (mb, sent) = mailbox_with(&root, 100);
+    let out = poll_with_limit(&root, 16);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: HashSet<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(printed, sent);
+    assert!(mb.rejected().unwrap().is_empty());
+}
+
+#[test]
+fn poll_with_too_few_descriptors_claims_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let (mb, sent) = mailbox_with(&root, 10);
+    let out = poll_with_limit(&root, 6);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Too many open files"), "{err}");
+    assert!(out.stdout.is_empty());
+    let pending: HashSet<String> = mb.pending().unwrap().into_iter().map(|p| p.id).collect();
+    assert_eq!(pending, sent, "a signal left inputs/ without being printed");
+    assert!(mb.rejected().unwrap().is_empty());
+}

@@ -1,0 +1,130 @@
+//! Guards against treating a moment as a property of a file: a pass that runs out of file
+//! descriptors in the middle of its claims hands over what it committed, leaves every other
+//! signal where it was, and quarantines nothing; the next pass, with descriptors free again,
+//! delivers the rest, each signal once. (Its own test binary: it fills the process's
+//! descriptor table.)
+
+use std::collections::HashSet;
+use std::fs::File;
+
+use sigbox::{Mailbox, NewSignal, SignalType, Target};
+
+/// The descriptor table is the process's: one test at a time fills it.
+static TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Opens `/dev/null` until the table is full, then closes `free` of them again.
+fn fill_descriptor_table(free: usize) -> Vec<File> {
+    let mut held = Vec::new();
+    loop {
+        match File::open("/dev/null") {
+            Ok(f) => held.push(f),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(24), "expected EMFILE, got {e}");
+                break;
+            }
+        }
+        assert!(held.len() < 1 << 20, "no descriptor limit to reach");
+    }
+    held.truncate(held.len() - free);
+    held
+}
+
+#[test]
+fn running_out_of_descriptors_mid_pass_loses_and_quarantines_nothing() {
+    let _table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let mb = Mailbox::init(tmp.path().join("signals")).unwrap();
+    let mut sent = HashSet::new();
+    for i in 0..20 {
+        let mut s = NewSignal::new(SignalType::Steer);
+        s.target(Target::Agent("Executor".into()))
+            .message(format!("m{i}"));
+        sent.insert(mb.send(&s).unwrap());
+    }
+    // Another handle: its first pass below is the one short of descriptors.
+    let reader = Mailbox::open(mb.root()).unwrap();
+    let mut delivered = HashSet::new();
+    let mut short_passes = 0;
+    // Three descriptors: the directories the commit needs (processed/, inputs/) and one
+    // claimed file; the second claim's open fails. Then fewer, down to none.
+    for free in [3, 2, 1, 0] {
+        let held = fill_descriptor_table(free);
+        let result = reader.pass("Executor", None);
+        drop(held);
+        match result {
+            Ok(pass) => {
+                assert!(
+                    pass.interrupted.is_some(),
+                    "{free} free descriptors were enough for the whole pass"
+                );
+                assert!(pass.rejected.is_empty(), "{:?}", pass.rejected);
+                for s in pass.delivered {
+                    assert!(delivered.insert(s.id), "delivered twice");
+                }
+            }
+            Err(e) => {
+                let io = e.io_error().expect("an OS error");
+                assert_eq!(io.raw_os_error(), Some(24), "{e}");
+            }
+        }
+        short_passes += 1;
+        assert!(
+            mb.rejected().unwrap().is_empty(),
+            "a signal was quarantined for the moment's lack of descriptors"
+        );
+        // Everything is delivered or still pending: nothing sits claimed and undelivered.
+        let processed: HashSet<String> = mb
+            .processed()
+            .unwrap()
+            .into_iter()
+            .map(|s| s.unwrap().id)
+            .collect();
+        assert_eq!(processed, delivered, "a claim was made and not handed over");
+        let pending: HashSet<String> = mb.pending().unwrap().into_iter().map(|p| p.id).collect();
+        assert_eq!(pending.len() + delivered.len(), sent.len());
+    }
+    assert_eq!(short_passes, 4);
+    assert!(
+        !delivered.is_empty(),
+        "no short pass got as far as a claim: the test proves nothing"
+    );
+    let rest = reader.pass("Executor", None).unwrap();
+    assert!(rest.interrupted.is_none());
+    for s in rest.delivered {
+        assert!(delivered.insert(s.id), "delivered twice");
+    }
+    assert_eq!(delivered, sent);
+}
+
+#[test]
+fn an_invalid_file_is_quarantined_for_its_content_not_for_the_moment() {
+    let _table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut opts = sigbox::MailboxOptions::new();
+    opts.settle(std::time::Duration::ZERO);
+    let mb = opts.init(tmp.path().join("signals")).unwrap();
+    std::fs::write(mb.inputs_dir().join("bad.yaml"), "type: [unclosed\n").unwrap();
+    for free in [0, 1, 2, 3] {
+        let held = fill_descriptor_table(free);
+        let result = mb.pass("Executor", None);
+        drop(held);
+        match result {
+            // Quarantined whole (file and reason), or not at all.
+            Ok(pass) if !pass.rejected.is_empty() => break,
+            Ok(_) => {}
+            Err(e) => assert_eq!(e.io_error().and_then(|e| e.raw_os_error()), Some(24), "{e}"),
+        }
+        assert!(
+            mb.inputs_dir().join("bad.yaml").exists(),
+            "{free} free: moved without its reason"
+        );
+    }
+    mb.pass("Executor", None).unwrap();
+    let rejected = mb.rejected().unwrap();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert!(
+        rejected[0].reason.contains("invalid YAML"),
+        "{:?}",
+        rejected[0]
+    );
+}
