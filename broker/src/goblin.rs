@@ -98,8 +98,8 @@ impl Goblin {
             settle: Duration::from_secs(1),
             max_size: DEFAULT_MAX_FILE_SIZE,
         };
-        if !g.dir.is_dir() && g.io.create_dir(&g.dir)? {
-            g.io.sync_dir(worktree)?;
+        if !g.dir.is_dir() {
+            g.io.create_dir_durable(&g.dir)?;
         }
         Ok(g)
     }
@@ -184,9 +184,7 @@ impl Goblin {
         let sub = self
             .dir
             .join(if consumed { CONSUMED_DIR } else { STALE_DIR });
-        if self.io.create_dir(&sub)? {
-            self.io.sync_dir(&self.dir)?;
-        }
+        self.io.create_dir_durable(&sub)?;
         let src = self.dir.join(signal.name());
         let ts = Utc::now().format("%Y%m%dT%H%M%S%.6fZ");
         let dest = sub.join(format!("{}.{ts}", signal.name()));

@@ -137,3 +137,54 @@ fn a_claim_whose_record_cannot_be_appended_is_undone() {
     assert_eq!(again.delivered.len(), 1);
     assert_eq!(again.delivered[0].id, id);
 }
+
+/// Records every directory creation and directory fsync, in order.
+#[derive(Default)]
+struct DirOps(std::sync::Mutex<Vec<(bool, std::path::PathBuf)>>);
+
+impl FsHook for DirOps {
+    fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
+        let mut ops = self.0.lock().unwrap();
+        match op {
+            FsOp::CreateDir(p) => ops.push((true, p.to_path_buf())),
+            FsOp::SyncDir(p) => ops.push((false, p.to_path_buf())),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn every_new_directory_is_synced_before_its_parent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hook = Arc::new(DirOps::default());
+    let mut opts = MailboxOptions::new();
+    opts.hook(hook.clone());
+    // init (the root's missing parents too), a buffer, an ack directory.
+    let mb = opts.init(tmp.path().join("a/b/signals")).unwrap();
+    let mut s = NewSignal::new(SignalType::Steer);
+    s.target(Target::Agent("Planner".into()));
+    mb.send(&s).unwrap();
+    mb.send(&NewSignal::new(SignalType::Info)).unwrap();
+    let p = mb.pass("Orchestrator", None).unwrap();
+    assert_eq!(p.buffered.len(), 1);
+    let ops = hook.0.lock().unwrap().clone();
+    let created: Vec<_> = ops
+        .iter()
+        .filter(|(c, _)| *c)
+        .map(|(_, p)| p.clone())
+        .collect();
+    assert!(created.len() >= 11, "{created:?}");
+    for dir in &created {
+        let made = ops.iter().position(|(c, p)| *c && p == dir).unwrap();
+        let own = ops[made..]
+            .iter()
+            .position(|(c, p)| !*c && p == dir)
+            .unwrap_or_else(|| panic!("{} never synced", dir.display()));
+        let parent = ops[made..]
+            .iter()
+            .position(|(c, p)| !*c && Some(p.as_path()) == dir.parent())
+            .unwrap_or_else(|| panic!("{}'s parent never synced", dir.display()));
+        assert!(own < parent, "{} synced after its parent", dir.display());
+    }
+}

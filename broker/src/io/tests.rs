@@ -16,7 +16,10 @@ fn a_file_is_read_whole_whatever_its_size() {
         let p = dir.path().join(format!("f{len}"));
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         fs::write(&p, &data).unwrap();
-        assert_eq!(bytes(read_checked(&File::open(&p).unwrap(), 1 << 20).unwrap()), data);
+        assert_eq!(
+            bytes(read_checked(&File::open(&p).unwrap(), 1 << 20).unwrap()),
+            data
+        );
         if len > 0 {
             let over = read_checked(&File::open(&p).unwrap(), len as u64 - 1).unwrap();
             assert!(

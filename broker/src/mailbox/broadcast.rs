@@ -82,9 +82,7 @@ impl Mailbox {
         agent: &str,
         sig: Signal,
     ) -> Result<Option<Signal>> {
-        if self.io.create_dir(ack_dir)? {
-            self.io.sync_dir(&self.layout.acks)?;
-        }
+        self.io.create_dir_durable(ack_dir)?;
         let body = json!({
             "signal": id,
             "agent": agent,

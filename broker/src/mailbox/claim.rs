@@ -407,9 +407,7 @@ impl Mailbox {
     /// Moves a signal for absent agent `agent` into `buffered/<agent>/` (spec §9.3).
     pub(super) fn buffer(&self, name: &OsStr, agent: &str, pass: &mut Pass) -> Result<()> {
         let dir = self.layout.buffer_dir(agent);
-        if self.io.create_dir(&dir)? {
-            self.io.sync_dir(&self.layout.buffered)?;
-        }
+        self.io.create_dir_durable(&dir)?;
         let src = self.layout.inputs.join(name);
         atomic::with_fresh_names(&dir, name, |_, dest| {
             match atomic::claim(&self.io, &src, &dest, || Ok(()))? {

@@ -98,16 +98,21 @@ impl MailboxOptions {
 
     /// Creates the layout at `root` where it is missing (idempotent), then opens it.
     ///
-    /// **Durability:** every directory created is fsynced into its parent.
+    /// **Durability:** every directory created is fsynced, then its parent.
     pub fn init(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
         let mut mb = Mailbox::new(root.as_ref(), self.clone());
         if self.shared {
             mb.io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
         }
         mb.io.create_dir_all_synced(&mb.layout.root, None)?;
+        // Each new directory's own entries first, then the root's entries, once.
         let mut created = false;
         for sub in LAYOUT {
-            created |= mb.io.create_dir(&mb.layout.root.join(sub))?;
+            let dir = mb.layout.root.join(sub);
+            if mb.io.create_dir(&dir)? {
+                mb.io.sync_dir(&dir)?;
+                created = true;
+            }
         }
         if created {
             mb.io.sync_dir(&mb.layout.root)?;
