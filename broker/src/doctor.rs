@@ -51,7 +51,8 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
                 root,
                 format!(
                     "cannot read the root ({}); create it with `sigbox init`",
-                    e.reason()
+                    e.io_error()
+                        .map_or_else(|| e.reason().to_string(), ToString::to_string)
                 ),
             );
             return out;

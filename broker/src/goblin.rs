@@ -196,17 +196,53 @@ impl Goblin {
 
     /// The persisted pipeline state, if any.
     pub fn state(&self) -> Option<PipelineState> {
-        let bytes = std::fs::read(self.dir.join(STATE_FILE)).ok()?;
+        self.saved().map(|(st, _)| st)
+    }
+
+    /// The saved state, and the transition saved with it whose effects may not all have
+    /// happened (see [`Goblin::step`]).
+    fn saved(&self) -> Option<(PipelineState, Option<PendingTransition>)> {
+        let bytes = match self
+            .io
+            .read_untrusted(&self.dir.join(STATE_FILE), self.max_size)
+        {
+            Ok(crate::io::ReadOutcome::Bytes(b, _)) => b,
+            _ => return None,
+        };
         let v: Value = serde_json::from_slice(&bytes).ok()?;
-        Some(PipelineState {
+        let st = PipelineState {
             stage: Stage::parse(v.get("stage")?.as_str()?)?,
             retries: u32::try_from(v.get("retries")?.as_u64()?).ok()?,
-        })
+        };
+        let pending = v.get("pending").and_then(|p| {
+            Some(PendingTransition {
+                signal: GoblinSignal::parse(p.get("signal")?.as_str()?)?,
+                from: Stage::parse(p.get("from")?.as_str()?)?,
+                payload: match p.get("payload")? {
+                    Value::Null => Payload::Empty,
+                    Value::Object(m) => Payload::Json(m.clone()),
+                    _ => return None,
+                },
+            })
+        });
+        Some((st, pending))
     }
 
     /// Persists the pipeline state (atomically).
     pub fn save_state(&self, st: PipelineState) -> Result<()> {
-        let body = json!({"stage": st.stage.as_str(), "retries": st.retries, "updated_at": clock::now_rfc3339(Precision::Secs)});
+        self.write_state(st, None)
+    }
+
+    /// Persists the state, with the transition into it while its effects are under way.
+    fn write_state(&self, st: PipelineState, pending: Option<&PendingTransition>) -> Result<()> {
+        let mut body = json!({"stage": st.stage.as_str(), "retries": st.retries, "updated_at": clock::now_rfc3339(Precision::Secs)});
+        if let Some(p) = pending {
+            body["pending"] = json!({
+                "signal": p.signal.name(),
+                "from": p.from.as_str(),
+                "payload": p.payload.to_json(),
+            });
+        }
         let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
         bytes.push(b'\n');
         let stage = self.dir.join(format!(".state.tmp.{}", std::process::id()));
@@ -218,6 +254,20 @@ impl Goblin {
             Clobber::Yes,
         )?;
         Ok(())
+    }
+
+    /// The newest `.consumed/` copy of `signal`.
+    fn last_consumed(&self, signal: GoblinSignal) -> Result<Option<PathBuf>> {
+        let dir = self.dir.join(CONSUMED_DIR);
+        let prefix = format!("{}.", signal.name());
+        let newest = self
+            .io
+            .list(&dir, true)?
+            .into_iter()
+            .filter_map(|e| e.name.into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .max();
+        Ok(newest.map(|n| dir.join(n)))
     }
 
     /// Removes the signal files, the set-aside history, staging leftovers and the state: what
@@ -259,6 +309,18 @@ impl Goblin {
 pub struct Watch {
     state: PipelineState,
     reported: HashSet<(GoblinSignal, i128, Report)>,
+    /// A transition finished at start-up, reported by the first step.
+    recovered: Option<Event>,
+}
+
+/// A transition saved with the new stage before its effects (moving the winner aside,
+/// reporting it), so that a process killed in between does not leave the pipeline stuck: the
+/// next start finishes it.
+#[derive(Clone, Debug)]
+struct PendingTransition {
+    signal: GoblinSignal,
+    from: Stage,
+    payload: Payload,
 }
 
 /// What a file version was reported as.
@@ -275,6 +337,7 @@ impl Watch {
         Watch {
             state,
             reported: HashSet::new(),
+            recovered: None,
         }
     }
 
@@ -431,7 +494,31 @@ impl Goblin {
     /// state (with its retries replaced by `retries` when given), else SCOPE with 0 retries;
     /// it is saved when it differs from the saved one.
     pub fn start_watch(&self, stage: Option<Stage>, retries: Option<u32>) -> Result<Watch> {
-        let saved = self.state();
+        let (saved, pending) = match self.saved() {
+            Some((st, p)) => (Some(st), p),
+            None => (None, None),
+        };
+        if let (Some(st), Some(p), None) = (saved, &pending, stage) {
+            // A transition was saved and its process ended before it finished: finish it.
+            let consumed = match self.set_aside(p.signal, true)? {
+                Some(path) => Some(path),
+                None => self.last_consumed(p.signal)?,
+            };
+            let mut watch = Watch::new(st);
+            watch.recovered = Some(Event::Transition {
+                signal: p.signal,
+                from: p.from,
+                to: st.stage,
+                retries: st.retries,
+                payload: p.payload.clone(),
+                consumed,
+                at: event_time(),
+            });
+            if let Some(r) = retries {
+                watch.state.retries = r;
+            }
+            return Ok(watch);
+        }
         let state = match stage {
             Some(stage) => PipelineState {
                 stage,
@@ -448,7 +535,7 @@ impl Goblin {
                 s
             }
         };
-        if Some(state) != saved {
+        if Some(state) != saved || pending.is_some() {
             self.save_state(state)?;
         }
         Ok(Watch::new(state))
@@ -468,6 +555,10 @@ impl Goblin {
         watch: &mut Watch,
         mut emit: impl FnMut(Event) -> std::result::Result<(), E>,
     ) -> std::result::Result<Step, E> {
+        if let Some(event) = watch.recovered.take() {
+            emit(event)?;
+            self.save_state(watch.state)?;
+        }
         let PipelineState { stage, retries } = watch.state;
         let mut next_check: Option<SystemTime> = None;
         let mut candidates = Vec::new();
@@ -513,6 +604,17 @@ impl Goblin {
         candidates.sort_by_key(|a| (a.0.mtime_ns, a.0.signal));
         let (winner, payload) = candidates.pop().expect("not empty");
         let (to, retries) = next_stage(stage, winner.signal, retries).expect("a candidate");
+        // The new stage first, with the transition under way: a process killed before the
+        // winner is moved aside and reported leaves the transition to the next start to finish
+        // (spec/goblin.md, `watch`), never a consumed signal in a stage that did not advance.
+        let next = PipelineState { stage: to, retries };
+        let pending = PendingTransition {
+            signal: winner.signal,
+            from: stage,
+            payload: payload.clone(),
+        };
+        self.write_state(next, Some(&pending))?;
+        watch.state = next;
         for (o, _) in &candidates {
             let moved_to = self.set_aside(o.signal, false)?;
             emit(Event::Conflict {
@@ -543,8 +645,7 @@ impl Goblin {
             consumed,
             at: event_time(),
         })?;
-        watch.state = PipelineState { stage: to, retries };
-        self.save_state(watch.state)?;
+        self.save_state(next)?;
         Ok(Step::Advanced)
     }
 }

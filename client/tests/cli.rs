@@ -674,3 +674,26 @@ fn an_unreadable_file_is_quarantined_not_fatal() {
         "kept, never deleted"
     );
 }
+
+#[test]
+fn a_file_name_that_is_not_utf8_never_stops_ls_or_doctor() {
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    let name = std::ffi::OsStr::from_bytes(b"\xff.json");
+    std::fs::write(env.inputs().join(name), b"type: INFO\n").unwrap();
+    for args in [&["ls", "--all"][..], &["doctor"][..]] {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let out = env.run(&a);
+        assert_ne!(out.status.code(), Some(101), "{args:?} panicked");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .any(|v| v["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("\u{fffd}.json"))),
+            "{args:?}: {text}"
+        );
+    }
+}

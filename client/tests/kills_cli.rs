@@ -110,3 +110,71 @@ fn killed_cli_senders_and_pollers_lose_and_duplicate_nothing() {
         "only {kills} processes were still running when killed"
     );
 }
+
+#[test]
+fn killed_goblin_watch_never_leaves_the_pipeline_stuck() {
+    use sigbox::goblin::{Goblin, PipelineState, Stage};
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut kills, mut finished_at_start) = (0, 0);
+    for round in 0..150 {
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = tmp.path();
+        let g = Goblin::open(wt).unwrap();
+        g.save_state(PipelineState {
+            stage: Stage::Build,
+            retries: 0,
+        })
+        .unwrap();
+        std::fs::write(g.dir().join("build-complete"), br#"{"commits": 1}"#).unwrap();
+        let watch = |timeout: &str| {
+            Command::new(BIN)
+                .args(["goblin", "watch", "--worktree"])
+                .arg(wt)
+                .args(["--once", "--timeout", timeout])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let child = watch("10s");
+        std::thread::sleep(Duration::from_micros(next(8_000)));
+        let (killed, _, first) = finish(child, true);
+        kills += usize::from(killed);
+        let saved = std::fs::read_to_string(g.dir().join(".sigbox-state.json")).unwrap();
+        finished_at_start += usize::from(saved.contains("\"pending\""));
+        // Whatever the moment of the kill, the next watch ends at REVIEW, with the signal
+        // consumed, and the transition reported at least once.
+        let (_, ok, second) = finish(watch("0s"), false);
+        let state = g.state().unwrap();
+        assert_eq!(
+            state.stage,
+            Stage::Review,
+            "round {round}: stuck at {:?} (first run: {first:?}, second: {second:?}, ok {ok})",
+            state.stage
+        );
+        assert!(!g.dir().join("build-complete").exists(), "round {round}");
+        let transitions = first
+            .lines()
+            .chain(second.lines())
+            .filter(|l| l.contains(r#""event":"transition""#))
+            .count();
+        assert!(
+            transitions >= 1,
+            "round {round}: the transition was never reported"
+        );
+    }
+    eprintln!(
+        "{kills} goblin watch processes killed; {finished_at_start} killed in the middle of a \
+         transition, finished by the next start"
+    );
+    assert!(
+        kills >= 50,
+        "only {kills} watch processes were still running when killed"
+    );
+}

@@ -42,6 +42,12 @@ impl Out {
     }
 }
 
+/// A path as JSON: a string, with any bytes that are not UTF-8 replaced (U+FFFD), so that a
+/// hostile file name can never stop the output.
+pub(crate) fn path_json(p: &std::path::Path) -> Value {
+    Value::String(p.to_string_lossy().into_owned())
+}
+
 pub(crate) fn target_json(t: &Target) -> Value {
     match t {
         Target::All => json!("ALL"),
@@ -61,7 +67,7 @@ pub(crate) fn signal_json(s: &Signal) -> Value {
         "created_at": s.created_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
         "from": s.from,
         "iteration": s.iteration,
-        "path": s.path,
+        "path": path_json(&s.path),
         "fields": Value::Object(s.fields.clone()),
     })
 }

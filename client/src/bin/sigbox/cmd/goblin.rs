@@ -11,7 +11,7 @@ use sigbox::goblin::{self, FileState, Goblin, GoblinSignal, Stage, Step};
 use sigbox_client::Waiter;
 
 use crate::cli::GoblinCmd;
-use crate::output::Out;
+use crate::output::{Out, path_json};
 
 fn goblin_name(name: &str) -> anyhow::Result<GoblinSignal> {
     GoblinSignal::parse(name).with_context(|| {
@@ -63,9 +63,10 @@ pub(crate) fn run(cmd: GoblinCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             };
             let g = Goblin::open(&worktree)?;
             let path = g.write(signal, body)?;
-            out.emit(&json!({"signal": signal.name(), "path": path}), || {
-                path.display().to_string()
-            })?;
+            out.emit(
+                &json!({"signal": signal.name(), "path": path_json(&path)}),
+                || path.display().to_string(),
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         GoblinCmd::Watch {
@@ -89,7 +90,7 @@ pub(crate) fn run(cmd: GoblinCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
                 };
                 signals.push(
                     json!({"signal": o.signal.name(), "state": state, "detail": detail,
-                                    "path": o.path}),
+                                    "path": path_json(&o.path)}),
                 );
             }
             let v = json!({

@@ -16,7 +16,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::{flag, low_level};
 
 use crate::cli::{AgentArgs, SendArgs, WaitArgs};
-use crate::output::{Out, age, signal_human, signal_json, target_json};
+use crate::output::{Out, age, path_json, signal_human, signal_json, target_json};
 
 pub(crate) fn init(root: &Path, shared: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mb = MailboxOptions::new().shared(shared).init(root)?;
@@ -188,7 +188,7 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
         };
         let v = json!({
             "kind": kind, "id": p.id, "type": p.type_name, "target": target_json(&p.target),
-            "buffered_for": p.buffered_for, "path": p.path,
+            "buffered_for": p.buffered_for, "path": path_json(&p.path),
             "created_ns": p.instant.to_string(), "age": age(p.instant), "acked_by": acked,
         });
         out.emit(&v, || {
@@ -211,11 +211,12 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
     if all {
         for p in mb.problems()? {
             let (path, reason) = (p.path.clone(), p.reason());
-            let v = json!({"kind": "settling_or_invalid", "path": path, "reason": reason});
+            let v =
+                json!({"kind": "settling_or_invalid", "path": path_json(&path), "reason": reason});
             out.emit(&v, || format!("  --  {}  ({reason})", path.display()))?;
         }
         for r in mb.rejected()? {
-            let v = json!({"kind": "rejected", "name": r.name, "path": r.path, "reason": r.reason});
+            let v = json!({"kind": "rejected", "name": r.name, "path": path_json(&r.path), "reason": r.reason});
             out.emit(&v, || format!("  --  rejected  {}  ({})", r.name, r.reason))?;
         }
     }
@@ -272,7 +273,7 @@ pub(crate) fn doctor(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
             Severity::Info => "info",
         };
         out.emit(
-            &json!({"severity": sev, "path": f.path, "message": f.message}),
+            &json!({"severity": sev, "path": path_json(&f.path), "message": f.message}),
             || format!("{sev}: {}: {}", f.path.display(), f.message),
         )?;
     }
