@@ -697,3 +697,49 @@ fn a_file_name_that_is_not_utf8_never_stops_ls_or_doctor() {
         );
     }
 }
+
+#[test]
+fn empty_and_torn_signals_under_canonical_names_are_problems_not_pending() {
+    let env = Env::new();
+    let id = env.ok(&["send", "steer", "kept", "--target", "Executor"]);
+    let good = format!("{}.json", id.trim());
+    let empty = good
+        .replace(".STEER.", ".ABORT.")
+        .replacen("signal.2", "signal.1", 1);
+    let torn = good
+        .replace(".STEER.", ".PAUSE.")
+        .replacen("signal.2", "signal.1", 1);
+    let torn = torn.replace(&torn[31..63], &"0".repeat(32));
+    std::fs::write(env.inputs().join(&empty), b"").unwrap();
+    std::fs::write(env.inputs().join(&torn), br#"{"type":"PAU"#).unwrap();
+    let pending: Vec<String> = env
+        .json_lines(&["ls"])
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !pending.iter().any(|p| empty.starts_with(p.as_str())),
+        "{pending:?}"
+    );
+    let out = env.run(&["--json", "doctor"]);
+    assert_eq!(out.status.code(), Some(1), "doctor says healthy");
+    let findings: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (name, why) in [(&empty, "empty file"), (&torn, "invalid JSON")] {
+        assert!(
+            findings.iter().any(|f| f["severity"] == "problem"
+                && f["path"].as_str().unwrap().ends_with(name.as_str())
+                && f["message"].as_str().unwrap().contains(why)),
+            "{name}: {findings:?}"
+        );
+    }
+    assert!(
+        !findings
+            .iter()
+            .any(|f| f["path"].as_str().unwrap().ends_with(&good)),
+        "the good signal is fine: {findings:?}"
+    );
+}

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use super::report::{Pending, Problem, ProblemKind};
 use super::route::{Item, Source};
 use super::{Mailbox, lossy};
+use crate::body;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::ReadOutcome;
 use crate::name;
@@ -25,16 +26,16 @@ impl Mailbox {
             SystemTime::now(),
         )?;
         for it in scan.items {
-            out.push(self.pending_of(&self.layout.inputs, it, None));
+            if !self.is_empty_file(&self.layout.inputs.join(&it.name))? {
+                out.push(self.pending_of(&self.layout.inputs, it, None));
+            }
         }
-        for entry in self.io.list(&self.layout.buffered, true)? {
-            let (Some(agent), EntryKind::Dir) = (entry.name.to_str(), entry.kind) else {
-                continue;
-            };
-            let dir = self.layout.buffered.join(agent);
+        for (agent, dir) in self.buffers()? {
             let scan = self.scan(&dir, Source::Buffer, &|_| true, SystemTime::now())?;
             for it in scan.items {
-                out.push(self.pending_of(&dir, it, Some(agent.to_string())));
+                if !self.is_empty_file(&dir.join(&it.name))? {
+                    out.push(self.pending_of(&dir, it, Some(agent.clone())));
+                }
             }
         }
         out.sort_by(|a, b| (a.instant, &a.id).cmp(&(b.instant, &b.id)));
@@ -54,7 +55,9 @@ impl Mailbox {
     }
 
     /// Files in `inputs/` that are not (yet) deliverable: still settling, or invalid and about
-    /// to be quarantined by the next pass.
+    /// to be quarantined by the next pass. Signals under canonical names, in `inputs/` and in
+    /// the buffers, are read too: an empty or torn one (left by a power loss on a filesystem
+    /// that lost its data, or written by hand) is reported here instead of looking pending.
     pub fn problems(&self) -> Result<Vec<Problem>> {
         let inputs = &self.layout.inputs;
         let scan = self.scan(inputs, Source::Inputs, &|_| true, SystemTime::now())?;
@@ -69,7 +72,61 @@ impl Mailbox {
                 window: self.opts.settle,
             },
         });
-        Ok(invalid.chain(settling).collect())
+        let mut out: Vec<Problem> = invalid.chain(settling).collect();
+        let mut dirs = vec![(inputs.clone(), scan.items)];
+        for (_, dir) in self.buffers()? {
+            let scan = self.scan(&dir, Source::Buffer, &|_| true, SystemTime::now())?;
+            dirs.push((dir, scan.items));
+        }
+        for (dir, items) in dirs {
+            // Unknown types stay in inputs/ by design (`doctor` says so on its own).
+            for it in items.into_iter().filter(|it| it.signal_type.is_some()) {
+                let path = dir.join(&it.name);
+                if let Some(reason) = self.unreadable_signal(&path)? {
+                    out.push(Problem {
+                        path,
+                        kind: ProblemKind::Invalid { reason },
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every agent's buffer directory, with the agent's name.
+    fn buffers(&self) -> Result<Vec<(String, std::path::PathBuf)>> {
+        Ok(self
+            .io
+            .list(&self.layout.buffered, true)?
+            .into_iter()
+            .filter(|e| e.kind == EntryKind::Dir)
+            .filter_map(|e| e.name.into_string().ok())
+            .map(|agent| {
+                let dir = self.layout.buffer_dir(&agent);
+                (agent, dir)
+            })
+            .collect())
+    }
+
+    /// True for an empty regular file (an `lstat`: listing pending signals reads none).
+    fn is_empty_file(&self, path: &Path) -> Result<bool> {
+        Ok(self
+            .io
+            .stamp(path)?
+            .is_some_and(|s| s.kind == EntryKind::File && s.size == 0))
+    }
+
+    /// Why the signal file at `path` cannot be delivered, read as a claim reads it; `None`
+    /// when it can (or is gone).
+    fn unreadable_signal(&self, path: &Path) -> Result<Option<String>> {
+        let name = path.file_name().map(lossy).unwrap_or_default();
+        Ok(
+            match self.io.read_untrusted(path, self.opts.max_file_size)? {
+                ReadOutcome::Gone => None,
+                ReadOutcome::Bytes(bytes, _) => body::read_signal(&bytes, &name, path).err(),
+                other => other.rejection(),
+            },
+        )
     }
 
     /// Signals in `processed/`, oldest first, with their handling metadata in `fields`.
