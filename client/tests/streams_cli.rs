@@ -258,3 +258,93 @@ fn pilot_parse_summary_and_json() {
         "{text}"
     );
 }
+
+/// Waits for `child`, failing the test if it is still running after `limit` (a hang guard,
+/// not a measurement).
+fn wait_or_fail(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_to_tap_reaches_the_command_whose_last_signal_reaches_the_mailbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status.success());
+    let script = r#"
+trap 'printf "{\"flux:signal\": {\"verdict\": \"abort\", \"reason\": \"stopped\"}}\n"; exit 0' TERM
+echo "$$"
+while :; do sleep 0.05; done
+"#;
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["tap", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut pid = String::new();
+    out.read_line(&mut pid).unwrap();
+    let pid = pid.trim().to_string();
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = wait_or_fail(&mut child, std::time::Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "the command's own exit status");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("\"abort\""), "output drained: {rest:?}");
+    let alive = Command::new("kill").args(["-0", &pid]).output().unwrap();
+    assert!(!alive.status.success(), "the command outlived tap");
+    let ls = sigbox(&root, &["--json", "ls"]);
+    let pending: Vec<Value> = String::from_utf8(ls.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        pending.iter().any(|p| p["type"] == "ABORT"),
+        "the command's last signal was lost: {pending:?}"
+    );
+}
+
+#[test]
+fn a_background_grandchild_holding_the_output_does_not_keep_tap_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status.success());
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["tap", "--", "sh", "-c", "echo $$; sleep 60 & echo started"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut pgid = String::new();
+    out.read_line(&mut pgid).unwrap();
+    let status = wait_or_fail(&mut child, std::time::Duration::from_secs(30));
+    // The background sleep is in the command's process group: end it.
+    let _ = Command::new("kill")
+        .args(["-TERM", &format!("-{}", pgid.trim())])
+        .status();
+    assert_eq!(status.code(), Some(0));
+}

@@ -7,10 +7,44 @@ use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
 use anyhow::Context;
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use sigbox::flux::{FluxEvent, FluxParser};
 use sigbox::pilot::{PilotEvent, PilotParser};
 use sigbox::{Mailbox, NewSignal, Target, tap};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// The signals `tap` passes on to the command instead of dying of them.
+const FORWARDED: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
+
+/// How long `tap` drains output after the command exits, for what the command's own children
+/// still write.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
+/// Sends `sig` to the command: to its whole process group when it has its own, else to it
+/// alone (except SIGINT, which a terminal already sent to the whole foreground group).
+fn forward(pid: u32, own_group: bool, sig: i32) {
+    let (Some(pid), Some(signal)) = (
+        i32::try_from(pid).ok().and_then(Pid::from_raw),
+        Signal::from_named_raw(sig),
+    ) else {
+        return;
+    };
+    let sent = if own_group {
+        kill_process_group(pid, signal)
+    } else if sig == SIGINT {
+        return;
+    } else {
+        kill_process(pid, signal)
+    };
+    if let Err(e) = sent {
+        tracing::warn!(signal = sig, error = %e, "tap: cannot forward the signal");
+    }
+}
 
 /// Shared state of the two pump threads.
 struct Tap {
@@ -140,13 +174,31 @@ pub(crate) fn run(
     let mailbox = Mailbox::open(root)?;
     let to = Target::parse(Some(to)).map_err(anyhow::Error::msg)?;
     let (program, args) = command.split_first().context("no command given after --")?;
-    let mut child = std::process::Command::new(program)
-        .args(args)
+    // Termination signals are for the command: `tap` forwards them and stays to drain its
+    // output, so that what the command prints on its way out still reaches the mailbox.
+    let mut signals = Signals::new(FORWARDED).context("cannot install signal handlers")?;
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    // Its own process group, so a signal reaches everything it started; but not when it may
+    // read the terminal, where a background group would be stopped (and the terminal's own
+    // Ctrl-C reaches the whole foreground group anyway).
+    let own_group = !std::io::stdin().is_terminal();
+    if own_group {
+        cmd.process_group(0);
+    }
+    let mut child = cmd
         .spawn()
         .with_context(|| format!("{program}: cannot run"))?;
+    let child_pid = child.id();
+    let signals_handle = signals.handle();
+    let forwarder = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            forward(child_pid, own_group, sig);
+        }
+    });
     let tap = Arc::new(Tap {
         mailbox,
         from: from.to_string(),
@@ -169,8 +221,22 @@ pub(crate) fn run(
     let status = child
         .wait()
         .with_context(|| format!("{program}: cannot wait"))?;
-    let _ = t1.join();
-    let _ = t2.join();
+    signals_handle.close();
+    let _ = forwarder.join();
+    // The command is gone; its output is drained to the end, unless something it started
+    // still holds the pipes open: that is given a moment, then left behind.
+    let deadline = Instant::now() + DRAIN_GRACE;
+    while !(t1.is_finished() && t2.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if t1.is_finished() && t2.is_finished() {
+        let _ = t1.join();
+        let _ = t2.join();
+    } else {
+        tracing::warn!(
+            "tap: the command exited, but a process it started still holds its output; not waiting for it"
+        );
+    }
     if tap.progress_bar && tap.progress.lock().map(|p| p.is_some()).unwrap_or(false) {
         eprintln!();
     }
