@@ -188,7 +188,15 @@ fn parent(p: &Path) -> Result<&Path> {
     })
 }
 
-/// A staging name unique to this process and call.
+/// A staging name unique to this process and call, in `dir`: the directory of the file it
+/// becomes (spec/mailbox.md §9, "Atomic write"). A dot-file ending in `.tmp`, which every
+/// reader skips as a write in progress.
+///
+/// Staging in the destination's own directory is what keeps a power loss from bringing the
+/// staging name back: the rename then changes one directory, and the destination directory's
+/// fsync makes both its sides durable at once. Staged elsewhere (say `tmp/`), the source
+/// directory's removal is never synced, and a filesystem without a journal can come back with
+/// both names linked to the signal.
 pub(crate) fn stage_name(dir: &Path, hint: &str) -> PathBuf {
     stage_name_from(dir, &uuid::Uuid::now_v7().simple().to_string(), hint)
 }
@@ -197,5 +205,55 @@ pub(crate) fn stage_name(dir: &Path, hint: &str) -> PathBuf {
 /// digits: counter and random bits), so that a send draws random bits once.
 pub(crate) fn stage_name_from(dir: &Path, uuid_hex: &str, hint: &str) -> PathBuf {
     let tail = uuid_hex.get(16..).unwrap_or(uuid_hex);
-    dir.join(format!("{}.{}.{}.tmp", std::process::id(), tail, hint))
+    dir.join(format!(".{}.{}.{}.tmp", std::process::id(), tail, hint))
+}
+
+/// True for a name [`stage_name`] makes: `.<pid>.<16 hex>.<hint>.tmp`. `gc` removes only these
+/// outside `tmp/`, never another writer's write in progress.
+pub(crate) fn is_stage_name(name: &OsStr) -> bool {
+    let Some(rest) = name
+        .to_str()
+        .and_then(|n| n.strip_prefix('.'))
+        .and_then(|n| n.strip_suffix(".tmp"))
+    else {
+        return false;
+    };
+    let mut parts = rest.split('.');
+    let (Some(pid), Some(tail), Some(hint), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && tail.len() == 16
+        && tail.bytes().all(|b| b.is_ascii_hexdigit())
+        && matches!(hint, "send" | "ack" | "reason")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_names_are_recognised_and_nothing_else_is() {
+        for hint in ["send", "ack", "reason"] {
+            let p = stage_name(Path::new("/r/inputs"), hint);
+            assert_eq!(p.parent(), Some(Path::new("/r/inputs")));
+            let name = p.file_name().unwrap();
+            assert!(is_stage_name(name), "{name:?}");
+            assert!(crate::name::classify(name) == crate::name::NameKind::InProgress);
+        }
+        for other in [
+            ".signal.yaml.tmp",
+            "123.0123456789abcdef.send.tmp",
+            ".123.0123456789abcdef.send",
+            ".123.0123456789abcdeg.send.tmp",
+            ".x.0123456789abcdef.send.tmp",
+            ".123.0123456789abcdef.other.tmp",
+            ".123.0123456789abcdef.send.x.tmp",
+        ] {
+            assert!(!is_stage_name(OsStr::new(other)), "{other}");
+        }
+    }
 }

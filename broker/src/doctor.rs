@@ -152,18 +152,24 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             .flatten()
             .is_some_and(|m| now - m.mtime_ns > STALE.as_nanos() as i128)
     };
+    let mut stale_stages = 0;
     for e in io.list(&layout.inputs, true).unwrap_or_default() {
         let p = layout.inputs.join(&e.name);
-        if name::classify(&e.name) == NameKind::InProgress && old(&p) {
-            out.push(Finding {
-                severity: Severity::Problem,
-                path: p,
-                message: "a write in progress (dot-file or *.tmp) unchanged for over an hour: \
-                          probably abandoned by a crashed writer; it is never delivered, remove \
-                          it or rename it to a signal name"
-                    .into(),
-            });
+        if name::classify(&e.name) != NameKind::InProgress || !old(&p) {
+            continue;
         }
+        if crate::atomic::is_stage_name(&e.name) {
+            stale_stages += 1;
+            continue;
+        }
+        out.push(Finding {
+            severity: Severity::Problem,
+            path: p,
+            message: "a write in progress (dot-file or *.tmp) unchanged for over an hour: \
+                      probably abandoned by a crashed writer; it is never delivered, remove \
+                      it or rename it to a signal name"
+                .into(),
+        });
     }
     if let Ok(pending) = mb.pending() {
         for p in pending {
@@ -179,16 +185,16 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             }
         }
     }
-    let stale_tmp = io
-        .list(&layout.tmp, true)
-        .unwrap_or_default()
-        .iter()
-        .filter(|e| old(&layout.tmp.join(&e.name)))
-        .count();
+    let stale_tmp = stale_stages
+        + io.list(&layout.tmp, true)
+            .unwrap_or_default()
+            .iter()
+            .filter(|e| old(&layout.tmp.join(&e.name)))
+            .count();
     if stale_tmp > 0 {
         out.push(Finding {
             severity: Severity::Problem,
-            path: layout.tmp.clone(),
+            path: layout.root.clone(),
             message: format!(
                 "{stale_tmp} staging file(s) older than an hour, left by crashed writers; run \
                  `sigbox gc`"

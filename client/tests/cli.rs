@@ -297,6 +297,16 @@ fn gc_removes_only_stale_staging_files() {
     let v = env.json_lines(&["gc", "--older-than", "0s"]);
     assert_eq!(v[0]["removed"], 1);
     assert!(!stale.exists());
+    // A crashed sender's staging file sits beside its destination; another writer's write in
+    // progress there is not sigbox's to remove.
+    let own = env.inputs().join(".999.0123456789abcdef.send.tmp");
+    let theirs = env.inputs().join(".signal.260208-143000.yaml.tmp");
+    std::fs::write(&own, "partial").unwrap();
+    std::fs::write(&theirs, "partial").unwrap();
+    let v = env.json_lines(&["gc", "--older-than", "0s"]);
+    assert_eq!(v[0]["removed"], 1);
+    assert!(!own.exists());
+    assert!(theirs.exists(), "another writer's file removed");
 }
 
 #[test]

@@ -188,3 +188,65 @@ fn every_new_directory_is_synced_before_its_parent() {
         assert!(own < parent, "{} synced after its parent", dir.display());
     }
 }
+
+/// What a [`Renames`] hook saw: the files created, and the renames (from, to), in order.
+#[derive(Clone, Default)]
+struct Seen {
+    created: Vec<std::path::PathBuf>,
+    renames: Vec<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+/// Records the files created and the renames, in order.
+#[derive(Default)]
+struct Renames(std::sync::Mutex<Seen>);
+
+impl FsHook for Renames {
+    fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
+        let mut seen = self.0.lock().unwrap();
+        match op {
+            FsOp::CreateFile(p) => seen.created.push(p.to_path_buf()),
+            FsOp::Rename { from, to, .. } => {
+                seen.renames.push((from.to_path_buf(), to.to_path_buf()))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn every_staged_file_is_renamed_within_its_own_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hook = Arc::new(Renames::default());
+    let mut opts = MailboxOptions::new();
+    opts.hook(hook.clone()).settle(std::time::Duration::ZERO);
+    let mb = opts.init(tmp.path().join("signals")).unwrap();
+    mb.send(&sig()).unwrap(); // a send
+    mb.send(&NewSignal::new(SignalType::Info)).unwrap(); // a broadcast: an ack
+    std::fs::write(mb.inputs_dir().join("bad.yaml"), "type: [\n").unwrap(); // a reason
+    let p = mb.pass("Executor", None).unwrap();
+    assert_eq!((p.delivered.len(), p.rejected.len()), (2, 1));
+    let io = sigbox::IoOptions {
+        hook: Some(hook.clone()),
+        ..sigbox::IoOptions::new()
+    };
+    let g = sigbox::goblin::Goblin::open_with(tmp.path(), &io).unwrap();
+    g.write(sigbox::goblin::GoblinSignal::BuildComplete, None)
+        .unwrap();
+    let Seen { created, renames } = hook.0.lock().unwrap().clone();
+    let staged: Vec<_> = renames
+        .iter()
+        .filter(|(from, _)| created.contains(from))
+        .collect();
+    // send, ack, reason, goblin signal: each staged and renamed once.
+    assert!(staged.len() >= 4, "{renames:?}");
+    for (from, to) in staged {
+        assert_eq!(
+            from.parent(),
+            to.parent(),
+            "{} staged outside {}'s directory: a power loss could bring its name back",
+            from.display(),
+            to.display()
+        );
+    }
+}

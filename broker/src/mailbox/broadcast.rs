@@ -90,7 +90,7 @@ impl Mailbox {
         });
         let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
         bytes.push(b'\n');
-        let stage = atomic::stage_name(&self.layout.tmp, "ack");
+        let stage = atomic::stage_name(ack_dir, "ack");
         Ok(
             match atomic::write_atomic(&self.io, &stage, ack, &bytes, Clobber::No)? {
                 Placed::Done => Some(sig),

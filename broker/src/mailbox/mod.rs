@@ -223,7 +223,7 @@ impl Mailbox {
         let id = name::signal_id(&file).to_string();
         let bytes = body::canonical_bytes(s, &id, at);
         let dest = self.layout.inputs.join(&file);
-        let stage = atomic::stage_name_from(&self.layout.tmp, &unique, "send");
+        let stage = atomic::stage_name_from(&self.layout.inputs, &unique, "send");
         match atomic::write_atomic(&self.io, &stage, &dest, &bytes, Clobber::No)? {
             Placed::Done => {
                 tracing::debug!(%id, "sent");
@@ -237,31 +237,47 @@ impl Mailbox {
         }
     }
 
-    /// Removes staging files in `tmp/` older than `age`, at most `limit` per call. Returns how
-    /// many were removed. On ext4 without a journal, file creation slows down for minutes after
+    /// Removes staging files older than `age` that crashed writers left, at most `limit` per
+    /// call: everything in `tmp/`, and sigbox's own staging names (`.<pid>.<hex>.<hint>.tmp`)
+    /// in `inputs/`, `rejected/` and the ack directories. Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
     /// many inodes are freed (`spec/mailbox.md` §9.7): spread large clean-ups over time.
     pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
-        let now = SystemTime::now();
-        let mut removed = 0;
-        for e in self.io.list(&self.layout.tmp, false)? {
-            if removed >= limit {
-                break;
-            }
-            let p = self.layout.tmp.join(&e.name);
-            let Some(stamp) = self.io.stamp(&p)? else {
-                continue;
-            };
-            if e.kind != EntryKind::File && e.kind != EntryKind::Symlink {
-                continue;
-            }
-            if ns_of(now) - stamp.mtime_ns.max(stamp.ctime_ns) >= age.as_nanos() as i128
-                && self.io.remove(&p)?
-            {
-                removed += 1;
+        let now = ns_of(SystemTime::now());
+        let stale = |p: &Path| -> Result<bool> {
+            Ok(self.io.stamp(p)?.is_some_and(|st| {
+                matches!(st.kind, EntryKind::File | EntryKind::Symlink)
+                    && now - st.changed_ns() >= age.as_nanos() as i128
+            }))
+        };
+        // Everything in tmp/ (where earlier versions staged); elsewhere, only sigbox's own
+        // staging names, never another writer's write in progress.
+        let mut dirs = vec![(self.layout.tmp.clone(), false)];
+        dirs.push((self.layout.inputs.clone(), true));
+        dirs.push((self.layout.rejected.clone(), true));
+        for e in self.io.list(&self.layout.acks, true)? {
+            if e.kind == EntryKind::Dir {
+                dirs.push((self.layout.acks.join(&e.name), true));
             }
         }
-        if removed > 0 {
-            self.io.sync_dir(&self.layout.tmp)?;
+        let mut removed = 0;
+        for (dir, only_stages) in dirs {
+            let mut here = 0;
+            for e in self.io.list(&dir, true)? {
+                if removed + here >= limit {
+                    break;
+                }
+                if only_stages && !atomic::is_stage_name(&e.name) {
+                    continue;
+                }
+                let p = dir.join(&e.name);
+                if stale(&p)? && self.io.remove(&p)? {
+                    here += 1;
+                }
+            }
+            if here > 0 {
+                self.io.sync_dir(&dir)?;
+            }
+            removed += here;
         }
         Ok(removed)
     }

@@ -36,7 +36,7 @@ impl Mailbox {
                 });
                 let mut bytes = serde_json::to_vec_pretty(&body).expect("JSON serializes");
                 bytes.push(b'\n');
-                let stage = atomic::stage_name(&self.layout.tmp, "reason");
+                let stage = atomic::stage_name(&self.layout.rejected, "reason");
                 let why = Layout::reason_path(&dest);
                 atomic::write_atomic(&self.io, &stage, &why, &bytes, Clobber::Yes)
             };
@@ -81,7 +81,7 @@ impl Mailbox {
     pub fn rejected(&self) -> Result<Vec<Rejection>> {
         let mut out = Vec::new();
         for e in self.io.list(&self.layout.rejected, true)? {
-            if Layout::is_reason_file(&e.name) {
+            if Layout::is_reason_file(&e.name) || atomic::is_stage_name(&e.name) {
                 continue;
             }
             let path = self.layout.rejected.join(&e.name);
