@@ -107,14 +107,24 @@ impl Checkpoint {
         control: &PassControl<'_>,
         hand_over: &mut dyn FnMut(&[Signal]) -> std::io::Result<()>,
     ) -> sigbox::Result<Vec<Signal>> {
+        Ok(self.pass_once(control, hand_over)?.delivered)
+    }
+
+    /// One pass, after reporting the error that interrupted the last one, if any; an error
+    /// that interrupts this one is kept for the next call (its deliveries come back now).
+    fn pass_once(
+        &mut self,
+        control: &PassControl<'_>,
+        hand_over: &mut dyn FnMut(&[Signal]) -> std::io::Result<()>,
+    ) -> sigbox::Result<sigbox::Pass> {
         if let Some(e) = self.interrupted.take() {
             return Err(e);
         }
-        let pass =
+        let mut pass =
             self.mailbox
                 .pass_with(&self.agent, self.state.as_deref(), control, hand_over)?;
-        self.interrupted = pass.interrupted;
-        Ok(pass.delivered)
+        self.interrupted = pass.interrupted.take();
+        Ok(pass)
     }
 
     /// The error that interrupted the last pass after it had delivered signals, if any.
@@ -181,13 +191,7 @@ impl Checkpoint {
         loop {
             // Drain wake-ups that arrived before this pass: the pass sees their effects.
             self.waiter.drain();
-            if let Some(e) = self.interrupted.take() {
-                return Err(e);
-            }
-            let pass =
-                self.mailbox
-                    .pass_with(&self.agent, self.state.as_deref(), control, hand_over)?;
-            self.interrupted = pass.interrupted;
+            let pass = self.pass_once(control, hand_over)?;
             if !pass.delivered.is_empty() || control.stopped() {
                 return Ok(pass.delivered);
             }
