@@ -206,3 +206,33 @@ fn max_bounds_one_call() {
     }
     assert_eq!(seen, sent);
 }
+
+#[test]
+fn a_poll_whose_output_is_full_puts_its_claims_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let sent = mailbox_with(&root, 500);
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["--json", "poll", "--as", "Executor"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pending again"), "{err}");
+    assert!(processed(&root).is_empty(), "claimed and never printed");
+    let pending: HashSet<String> = sigbox::Mailbox::open(&root)
+        .unwrap()
+        .pending()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(pending, sent);
+}

@@ -250,3 +250,48 @@ fn every_staged_file_is_renamed_within_its_own_directory() {
         );
     }
 }
+
+#[test]
+fn a_group_that_cannot_be_handed_over_is_put_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut opts = MailboxOptions::new();
+    opts.settle(std::time::Duration::ZERO);
+    let mb = opts.init(tmp.path()).unwrap();
+    let mut sent = std::collections::HashSet::new();
+    for _ in 0..100 {
+        sent.insert(mb.send(&sig()).unwrap());
+    }
+    sent.insert(mb.send(&NewSignal::new(SignalType::Info)).unwrap()); // a broadcast
+    let dropped = [
+        (
+            "note.json",
+            r#"{"type": "STEER", "target": "Executor", "message": "by hand"}"#,
+        ),
+        (
+            "note.yaml",
+            "type: INFO\ntarget: Executor\nmessage: by hand\n",
+        ),
+    ];
+    for (name, body) in dropped {
+        std::fs::write(mb.inputs_dir().join(name), body).unwrap();
+        sent.insert(name.rsplit_once('.').unwrap().0.to_string());
+    }
+    let full = || Err(io::Error::from_raw_os_error(28)); // ENOSPC, as on /dev/full
+    let err = mb
+        .pass_with("Executor", None, &sigbox::PassControl::new(), &mut |_| {
+            full()
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("pending again"), "{err}");
+    assert!(!mb.is_poisoned());
+    assert!(
+        sigbox_tests::names(&tmp.path().join("processed")).is_empty(),
+        "a claim not handed over stayed in processed/"
+    );
+    assert!(mb.rejected().unwrap().is_empty(), "{:?}", mb.rejected());
+    // Everything is delivered by the next pass, once, the broadcast included.
+    let p = mb.pass("Executor", None).unwrap();
+    let got: std::collections::HashSet<String> = p.delivered.into_iter().map(|s| s.id).collect();
+    assert_eq!(got, sent);
+    assert!(mb.pass("Executor", None).unwrap().delivered.is_empty());
+}

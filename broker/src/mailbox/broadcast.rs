@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use serde_json::json;
@@ -31,7 +32,7 @@ impl Mailbox {
         name: &OsStr,
         agent: &str,
         pass: &mut Pass,
-    ) -> Result<Option<Signal>> {
+    ) -> Result<Option<(Signal, PathBuf)>> {
         let key = (agent.to_string(), name.to_os_string());
         let remember = || {
             self.acked
@@ -81,7 +82,7 @@ impl Mailbox {
         id: &str,
         agent: &str,
         sig: Signal,
-    ) -> Result<Option<Signal>> {
+    ) -> Result<Option<(Signal, PathBuf)>> {
         self.io.create_dir_durable(ack_dir)?;
         let body = json!({
             "signal": id,
@@ -93,7 +94,7 @@ impl Mailbox {
         let stage = atomic::stage_name(ack_dir, "ack");
         Ok(
             match atomic::write_atomic(&self.io, &stage, ack, &bytes, Clobber::No)? {
-                Placed::Done => Some(sig),
+                Placed::Done => Some((sig, ack.to_path_buf())),
                 Placed::Exists => None,
             },
         )

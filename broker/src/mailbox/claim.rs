@@ -38,14 +38,25 @@ pub(super) struct Delivery {
     /// The source directory of its claim while that claim is not durable (it joined a batch
     /// not yet committed); `None` once durable.
     pending: Option<PathBuf>,
+    /// How to take the delivery back if it cannot be handed over.
+    pub(super) undo: Undo,
+}
+
+/// What takes back a delivery that was made but could not be handed over.
+pub(super) enum Undo {
+    /// Move the claimed file (at the signal's path) back to here.
+    Claim(PathBuf),
+    /// Remove this ack.
+    Ack(PathBuf),
 }
 
 impl Delivery {
-    /// A delivery that is durable as made (a broadcast's ack).
-    pub(super) fn durable(signal: Signal) -> Delivery {
+    /// A broadcast delivered by writing `ack`: durable as made.
+    pub(super) fn acked(signal: Signal, ack: PathBuf) -> Delivery {
         Delivery {
             signal,
             pending: None,
+            undo: Undo::Ack(ack),
         }
     }
 }
@@ -114,13 +125,13 @@ impl Batch {
     }
 
     /// Takes the deliveries that are durable, in FIFO order: what may be handed over now.
-    pub(super) fn take_durable(&mut self) -> Vec<Signal> {
+    pub(super) fn take_durable(&mut self) -> Vec<Delivery> {
         let (ready, pending) = std::mem::take(&mut self.deliveries)
             .into_iter()
             .partition::<Vec<_>, _>(|d| d.pending.is_none());
         self.deliveries = pending;
         self.durable = 0;
-        ready.into_iter().map(|d| d.signal).collect()
+        ready
     }
 
     /// Deliveries made in this pass and not handed over yet, durable or not.
@@ -168,6 +179,46 @@ impl Mailbox {
         debug_assert!(batch.deliveries.iter().all(|d| d.pending.is_none()));
         batch.durable = batch.deliveries.len();
         Ok(())
+    }
+
+    /// Takes back durable deliveries that could not be handed over (a closed or full output):
+    /// each claimed file goes back where it was (no-clobber), each ack is removed, and the
+    /// directories are synced (the sources first, then `processed/`), so that a later pass
+    /// delivers them again. Returns how many could not be taken back (left as they are, with
+    /// a warning: claimed, recorded in `processed/`, not delivered).
+    pub(super) fn undo(&self, deliveries: Vec<Delivery>) -> Result<usize> {
+        let mut stuck = 0;
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut note = |d: &Path| {
+            if !dirs.iter().any(|x| x == d) {
+                dirs.push(d.to_path_buf());
+            }
+        };
+        for d in deliveries {
+            let done = match &d.undo {
+                Undo::Claim(src) => {
+                    let back = self.io.rename_noreplace(&d.signal.path, src)?;
+                    if back == crate::io::Renamed::Done {
+                        src.parent().map(&mut note);
+                    }
+                    back == crate::io::Renamed::Done
+                }
+                Undo::Ack(ack) => {
+                    let removed = self.io.remove(ack)?;
+                    ack.parent().map(&mut note);
+                    removed
+                }
+            };
+            if !done {
+                stuck += 1;
+                tracing::warn!(file = %d.signal.path.display(), "cannot take back a delivery that was not handed over");
+            }
+        }
+        dirs.push(self.layout.processed.clone());
+        for dir in &dirs {
+            self.io.sync_dir(dir)?;
+        }
+        Ok(stuck)
     }
 
     /// Claims `dir/name` for delivery to `agent`, in `batch` (durable at its commit). `None`
@@ -253,7 +304,11 @@ impl Mailbox {
                 Recorded::Signal(mut signal) => {
                     // The handling metadata just appended, in the delivered record too.
                     signal.fields.extend(extra.clone());
-                    Some(Delivery { signal, pending })
+                    Some(Delivery {
+                        signal,
+                        pending,
+                        undo: Undo::Claim(src.clone()),
+                    })
                 }
                 Recorded::Rejected(rej) => {
                     pass.rejected.push(rej);

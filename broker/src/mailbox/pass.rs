@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use super::Mailbox;
-use super::claim::Batch;
+use super::claim::{Batch, Delivery};
 use super::report::Pass;
 use super::route::{Action, Item, Source, Who, decide};
 use crate::error::{Error, Result};
@@ -218,18 +218,29 @@ impl Mailbox {
         handing: &mut Handing<'_>,
     ) -> Result<()> {
         let ready = batch.take_durable();
-        if ready.is_empty() || handing.failed {
+        if ready.is_empty() {
             return Ok(());
         }
-        if let Err(e) = (handing.to)(&ready) {
-            handing.failed = true;
-            return Err(Error::io(
-                &self.layout.root,
-                "cannot hand the claimed signals over",
-                e,
-            ));
+        if handing.failed {
+            // Nothing more goes to a caller that could not take the last group.
+            self.undo(ready)?;
+            return Ok(());
         }
-        pass.delivered.extend(ready);
+        let signals: Vec<Signal> = ready.iter().map(|d| d.signal.clone()).collect();
+        if let Err(e) = (handing.to)(&signals) {
+            handing.failed = true;
+            // Claimed but not handed over: put back for a later pass, never stranded.
+            let stuck = self.undo(ready)?;
+            let reason = match stuck {
+                0 => "cannot hand the claimed signals over; they are pending again".to_string(),
+                n => format!(
+                    "cannot hand the claimed signals over; {n} of them could not be put back \
+                     and stay in processed/"
+                ),
+            };
+            return Err(Error::io(&self.layout.root, &reason, e));
+        }
+        pass.delivered.extend(signals);
         Ok(())
     }
 
@@ -283,7 +294,7 @@ impl Mailbox {
                     // ack is durable as soon as it is written.
                     self.commit_and_hand_over(batch, pass, handing)?;
                     self.ack_once(&item.name, agent, pass)?
-                        .map(super::claim::Delivery::durable)
+                        .map(|(signal, ack)| Delivery::acked(signal, ack))
                 }
                 Action::Buffer(x) => {
                     // The move into a buffer fsyncs inputs/: commit first, or the pending

@@ -331,14 +331,21 @@ impl Mailbox {
             other => return Ok(Some(Err(other.rejection().unwrap_or_default()))),
         };
         let parsed = match body::parse_body(&bytes, format) {
-            // Strict for what people drop, except for the leftover of a claim that a crash
-            // interrupted during its append (the same name is in processed/): that file may
-            // end in a torn handling block.
-            Err(e) if self.io.stamp(&self.layout.processed.join(name))?.is_some() => {
-                let _ = e;
-                body::parse_record(&bytes, format)
+            // Strict for what people drop, with two exceptions sigbox made itself: the
+            // leftover of a claim that a crash interrupted during its append (the same name is
+            // in processed/), which may end in a torn handling block; and a claim taken back
+            // because it could not be handed over, which ends in a whole one.
+            Err(e) => {
+                let interrupted = self.io.stamp(&self.layout.processed.join(name))?.is_some();
+                match body::parse_record(&bytes, format) {
+                    Ok(b) if interrupted || b.fields.contains_key(body::key::HANDLING_METADATA) => {
+                        Ok(b)
+                    }
+                    Err(r) if interrupted => Err(r),
+                    _ => Err(e),
+                }
             }
-            other => other,
+            ok => ok,
         };
         Ok(Some(parsed.map(|body| {
             Peek {
