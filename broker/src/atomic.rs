@@ -227,7 +227,9 @@ pub(crate) fn is_stage_name(name: &OsStr) -> bool {
     !pid.is_empty()
         && pid.bytes().all(|b| b.is_ascii_digit())
         && tail.len() == 16
-        && tail.bytes().all(|b| b.is_ascii_hexdigit())
+        && tail
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         && matches!(hint, "send" | "ack" | "reason")
 }
 
@@ -249,6 +251,7 @@ mod tests {
             "123.0123456789abcdef.send.tmp",
             ".123.0123456789abcdef.send",
             ".123.0123456789abcdeg.send.tmp",
+            ".123.0123456789ABCDEF.send.tmp",
             ".x.0123456789abcdef.send.tmp",
             ".123.0123456789abcdef.other.tmp",
             ".123.0123456789abcdef.send.x.tmp",

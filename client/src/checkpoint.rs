@@ -186,7 +186,7 @@ impl Checkpoint {
         control: &PassControl<'_>,
         hand_over: &mut dyn FnMut(&[Signal]) -> std::io::Result<()>,
     ) -> sigbox::Result<Vec<Signal>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = crate::watch::deadline_after(timeout);
         self.arm()?;
         loop {
             // Drain wake-ups that arrived before this pass: the pass sees their effects.
@@ -211,7 +211,7 @@ impl Checkpoint {
     /// `timeout` passes), and returns everything delivered meanwhile. Further PAUSEs keep it
     /// waiting. Sleeps like [`Checkpoint::wait`]: no CPU is spent while paused.
     pub fn wait_resume(&mut self, timeout: Option<Duration>) -> sigbox::Result<Vec<Signal>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = crate::watch::deadline_after(timeout);
         let mut got = Vec::new();
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));

@@ -49,7 +49,7 @@ mod checkpoint;
 mod watch;
 
 pub use checkpoint::{Checkpoint, WaitMode};
-pub use watch::{DirWatch, Waiter};
+pub use watch::{DirWatch, Waiter, deadline_after};
 
 pub use sigbox;
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
@@ -137,6 +137,12 @@ impl Default for Waiter {
     fn default() -> Waiter {
         Waiter::new()
     }
+}
+
+/// The instant `timeout` from now; `None` (no deadline) without a timeout, and for one too far
+/// away to represent, which is as good as waiting for ever.
+pub fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.and_then(|t| Instant::now().checked_add(t))
 }
 
 impl Waiter {

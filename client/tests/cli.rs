@@ -753,3 +753,42 @@ fn empty_and_torn_signals_under_canonical_names_are_problems_not_pending() {
         "the good signal is fine: {findings:?}"
     );
 }
+
+#[test]
+fn a_timeout_too_far_away_to_represent_waits_instead_of_panicking() {
+    let env = Env::new();
+    env.ok(&["send", "info", "here", "--target", "Executor"]);
+    let out = env.run(&[
+        "wait",
+        "--as",
+        "Executor",
+        "--timeout",
+        "10000000000000000000s",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wt = env.root.parent().unwrap().join("wt");
+    std::fs::create_dir_all(wt.join(".goblin")).unwrap();
+    std::fs::write(wt.join(".goblin/scope-complete"), br#"{"summary": "x"}"#).unwrap();
+    let out = env.run(&[
+        "goblin",
+        "watch",
+        "--worktree",
+        wt.to_str().unwrap(),
+        "--stage",
+        "SCOPE",
+        "--once",
+        "--timeout",
+        "10000000000000000000s",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

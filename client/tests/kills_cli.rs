@@ -178,3 +178,45 @@ fn killed_goblin_watch_never_leaves_the_pipeline_stuck() {
         "only {kills} watch processes were still running when killed"
     );
 }
+
+#[test]
+fn a_transition_into_a_terminal_stage_interrupted_by_a_kill_is_reported_by_the_next_watch() {
+    use sigbox::goblin::Goblin;
+    for (stage, signal, from, code) in [
+        ("DONE", "test-passed", "TEST", 0),
+        ("FAILED", "test-failed", "TEST", 3),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let g = Goblin::open(tmp.path()).unwrap();
+        // What a watch killed between saving the new stage and moving the signal leaves.
+        std::fs::write(
+            g.dir().join(".sigbox-state.json"),
+            format!(
+                r#"{{"stage":"{stage}","retries":3,"updated_at":"2026-01-01T00:00:00Z","pending":{{"signal":"{signal}","from":"{from}","payload":null}}}}"#
+            ),
+        )
+        .unwrap();
+        std::fs::write(g.dir().join(signal), b"").unwrap();
+        let watch = || {
+            Command::new(BIN)
+                .args(["goblin", "watch", "--worktree"])
+                .arg(tmp.path())
+                .args(["--timeout", "5s"])
+                .output()
+                .unwrap()
+        };
+        let out = watch();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.contains(r#""event":"transition""#)
+                && text.contains(&format!(r#""to":"{stage}""#)),
+            "{stage}: {text:?}"
+        );
+        assert_eq!(out.status.code(), Some(code), "{stage}");
+        assert!(!g.dir().join(signal).exists(), "{stage}: not moved aside");
+        // Reported once: the next watch has nothing to report.
+        let again = watch();
+        assert!(again.stdout.is_empty(), "{stage}: reported twice");
+        assert_eq!(again.status.code(), Some(code));
+    }
+}

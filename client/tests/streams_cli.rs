@@ -348,3 +348,29 @@ fn a_background_grandchild_holding_the_output_does_not_keep_tap_alive() {
         .status();
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn output_that_keeps_coming_after_the_command_exits_is_all_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status.success());
+    // The command exits at once; what it started writes a signal every 0.3 s for 1.8 s.
+    let script = r#"(for i in 1 2 3 4 5 6; do sleep 0.3; printf '{"flux:signal": {"verdict": "proceed", "summary": "s%s"}}\n' "$i"; done) & exit 0"#;
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["tap", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_or_fail(&mut child, std::time::Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0));
+    let ls = sigbox(&root, &["--json", "ls"]);
+    let n = String::from_utf8(ls.stdout).unwrap().lines().count();
+    assert_eq!(
+        n, 6,
+        "signals written while output kept coming were dropped"
+    );
+}

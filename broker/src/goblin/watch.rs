@@ -51,6 +51,12 @@ impl Watch {
         }
     }
 
+    /// True while a transition finished at start-up is still to be reported (by the next
+    /// [`Goblin::step`]), even when the stage it reached is terminal.
+    pub fn recovering(&self) -> bool {
+        self.recovered.is_some()
+    }
+
     /// The current stage and retries.
     pub fn state(&self) -> PipelineState {
         self.state
@@ -266,8 +272,11 @@ impl Goblin {
         mut emit: impl FnMut(Event) -> std::result::Result<(), E>,
     ) -> std::result::Result<Step, E> {
         if let Some(event) = watch.recovered.take() {
+            // A transition finished at start-up: reported before anything else, and counted
+            // as this step's transition.
             emit(event)?;
             self.save_state(watch.state)?;
+            return Ok(Step::Advanced);
         }
         let PipelineState { stage, retries } = watch.state;
         let mut next_check: Option<SystemTime> = None;

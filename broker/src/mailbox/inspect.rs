@@ -26,14 +26,14 @@ impl Mailbox {
             SystemTime::now(),
         )?;
         for it in scan.items {
-            if !self.is_empty_file(&self.layout.inputs.join(&it.name))? {
+            if self.deliverable(&self.layout.inputs, &it)? {
                 out.push(self.pending_of(&self.layout.inputs, it, None));
             }
         }
         for (agent, dir) in self.buffers()? {
             let scan = self.scan(&dir, Source::Buffer, &|_| true, SystemTime::now())?;
             for it in scan.items {
-                if !self.is_empty_file(&dir.join(&it.name))? {
+                if self.deliverable(&dir, &it)? {
                     out.push(self.pending_of(&dir, it, Some(agent.clone())));
                 }
             }
@@ -108,12 +108,15 @@ impl Mailbox {
             .collect())
     }
 
-    /// True for an empty regular file (an `lstat`: listing pending signals reads none).
-    fn is_empty_file(&self, path: &Path) -> Result<bool> {
-        Ok(self
-            .io
-            .stamp(path)?
-            .is_some_and(|s| s.kind == EntryKind::File && s.size == 0))
+    /// False for a signal of a known type that a claim would refuse (empty, torn, not a
+    /// signal: [`Mailbox::problems`] reports it). Canonical names are read for this; dropped
+    /// files were parsed by the scan already. Unknown types are pending: they wait for an
+    /// agent that takes them.
+    fn deliverable(&self, dir: &Path, it: &Item) -> Result<bool> {
+        if it.signal_type.is_none() || name::parse_canonical(&lossy(&it.name)).is_none() {
+            return Ok(true);
+        }
+        Ok(self.unreadable_signal(&dir.join(&it.name))?.is_none())
     }
 
     /// Why the signal file at `path` cannot be delivered, read as a claim reads it; `None`

@@ -266,7 +266,8 @@ impl Mailbox {
                 if removed + here >= limit {
                     break;
                 }
-                if only_stages && !atomic::is_stage_name(&e.name) {
+                // Outside tmp/, only regular files with sigbox's own staging names.
+                if only_stages && (e.kind != EntryKind::File || !atomic::is_stage_name(&e.name)) {
                     continue;
                 }
                 let p = dir.join(&e.name);

@@ -153,10 +153,10 @@ fn watch(
     let mut waiter = Waiter::new();
     waiter.settle_margin(Duration::from_millis(5));
     let _ = waiter.watch(&[(g.dir(), false)]);
-    let deadline = timeout.map(|t| Instant::now() + t);
+    let deadline = sigbox_client::deadline_after(timeout);
     loop {
         let stage = watch.state().stage;
-        if stage.is_terminal() {
+        if stage.is_terminal() && !watch.recovering() {
             out.flush()?;
             return Ok(ExitCode::from(if stage == Stage::Done { 0 } else { 3 }));
         }

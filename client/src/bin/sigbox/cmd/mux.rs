@@ -23,7 +23,7 @@ pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             project_root,
         } => {
             let (session, dir) = session_dirs(&project_root, &session, signals_dir.as_deref())?;
-            let deadline = timeout.map(|t| Instant::now() + t);
+            let deadline = sigbox_client::deadline_after(timeout);
             let mut waiter = Waiter::new();
             waiter.poll(Duration::from_millis(200));
             loop {

@@ -21,8 +21,8 @@ use signal_hook::iterator::Signals;
 /// The signals `tap` passes on to the command instead of dying of them.
 const FORWARDED: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
 
-/// How long `tap` drains output after the command exits, for what the command's own children
-/// still write.
+/// After the command exits, how long `tap` waits for more output when none comes (what the
+/// command's own background children hold open).
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
 /// Sends `sig` to the command: to its whole process group when it has its own, else to it
@@ -55,13 +55,29 @@ struct Tap {
     stderr: Mutex<()>,
     failed: AtomicBool,
     progress: Mutex<Option<(i64, String)>>,
+    /// When a pump last read or handled something: after the command exits, output is
+    /// drained for as long as it keeps coming.
+    last_activity: Mutex<Instant>,
 }
 
 impl Tap {
+    fn active(&self) {
+        *self.last_activity.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_activity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
+
     /// Sends a mapped stream signal to `to`, from `from`.
     fn send(&self, mut s: NewSignal) {
         s.target(self.to.clone()).from(self.from.clone());
-        if let Err(e) = self.mailbox.send(&s) {
+        let sent = self.mailbox.send(&s);
+        self.active();
+        if let Err(e) = sent {
             self.failed.store(true, Ordering::Relaxed);
             let _g = self.stderr.lock();
             let _ = writeln!(
@@ -157,8 +173,10 @@ fn pump(tap: &Tap, mut src: impl Read, is_stderr: bool) {
             Err(_) => break,
         };
         let chunk = &buf[..n];
+        tap.active();
         tap.pass_through(is_stderr, chunk);
         tap.handle(f.feed(chunk), p.feed(chunk));
+        tap.active();
     }
     tap.handle(f.finish(), p.finish());
 }
@@ -207,6 +225,7 @@ pub(crate) fn run(
         stderr: Mutex::new(()),
         failed: AtomicBool::new(false),
         progress: Mutex::new(None),
+        last_activity: Mutex::new(Instant::now()),
     });
     let out = child.stdout.take().expect("piped");
     let err = child.stderr.take().expect("piped");
@@ -223,10 +242,11 @@ pub(crate) fn run(
         .with_context(|| format!("{program}: cannot wait"))?;
     signals_handle.close();
     let _ = forwarder.join();
-    // The command is gone; its output is drained to the end, unless something it started
-    // still holds the pipes open: that is given a moment, then left behind.
-    let deadline = Instant::now() + DRAIN_GRACE;
-    while !(t1.is_finished() && t2.is_finished()) && Instant::now() < deadline {
+    // The command is gone; its output is drained to the end (every signal already read is
+    // sent, however long that takes), unless something it started still holds the pipes open
+    // and writes nothing: that is given a moment of silence, then left behind.
+    tap.active();
+    while !(t1.is_finished() && t2.is_finished()) && tap.idle_for() < DRAIN_GRACE {
         std::thread::sleep(Duration::from_millis(10));
     }
     if t1.is_finished() && t2.is_finished() {
