@@ -792,3 +792,28 @@ fn a_timeout_too_far_away_to_represent_waits_instead_of_panicking() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn completions_into_a_closed_pipe_end_quietly() {
+    for shell in ["bash", "zsh", "fish"] {
+        let mut child = Command::new(BIN)
+            .args(["completions", shell])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader is gone before anything is written
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

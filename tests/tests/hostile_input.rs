@@ -413,3 +413,53 @@ fn a_file_swapped_for_a_symlink_between_listing_and_opening_is_never_followed() 
         "the race really ran: some files were swapped after their claim"
     );
 }
+
+#[test]
+fn a_fifo_or_symlink_at_a_presence_lock_never_hangs_or_is_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let mb = settled_mailbox(&root);
+    let agents = root.join("agents");
+    for agent in ["Executor", "Planner"] {
+        let fifo = agents.join(format!("{agent}.lock"));
+        assert!(
+            Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let outside = tmp.path().join("outside.lock");
+    std::fs::write(&outside, b"keep").unwrap();
+    std::os::unix::fs::symlink(&outside, agents.join("Reviewer.lock")).unwrap();
+    for agent in ["Planner", "Reviewer"] {
+        let mut s = NewSignal::new(SignalType::Steer);
+        s.target(Target::Agent(agent.into()));
+        mb.send(&s).unwrap();
+    }
+    // The orchestrator's presence probe neither blocks on the FIFO nor follows the link: both
+    // agents count as absent, and their signals are buffered.
+    let p = pass_within(&root, "Orchestrator");
+    let mut buffered: Vec<&str> = p.buffered.iter().map(|b| b.agent.as_str()).collect();
+    buffered.sort();
+    assert_eq!(buffered, ["Planner", "Reviewer"]);
+    // An agent's own presence refuses them with the reason, at once.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r = root.clone();
+    std::thread::spawn(move || {
+        let mb = sigbox::Mailbox::open(&r).unwrap();
+        let errs: Vec<String> = ["Executor", "Reviewer"]
+            .iter()
+            .map(|a| mb.presence(a).unwrap_err().to_string())
+            .collect();
+        tx.send(errs).unwrap();
+    });
+    let errs = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("taking a presence hung on a FIFO");
+    assert!(errs[0].contains("not a regular file"), "{}", errs[0]);
+    assert!(errs[0].contains("Executor.lock"), "{}", errs[0]);
+    assert!(errs[1].contains("Reviewer.lock"), "{}", errs[1]);
+    assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+}

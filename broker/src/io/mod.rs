@@ -455,7 +455,7 @@ impl Io {
                     }
                     Ok(f)
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => File::open(path),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => open_lock_file(path),
                 Err(e) => Err(e),
             }
         })
@@ -471,7 +471,7 @@ impl Io {
     /// exclusive `flock` fails); false when nobody does or the file cannot be opened. Takes
     /// and releases the lock at once.
     pub(crate) fn is_locked(&self, path: &Path) -> bool {
-        let Ok(file) = File::open(path) else {
+        let Ok(file) = open_lock_file(path) else {
             return false;
         };
         matches!(file.try_lock(), Err(fs::TryLockError::WouldBlock))
@@ -550,6 +550,19 @@ impl Io {
             Err(e) => Err(Error::io(path, "cannot stat", e)),
         }
     }
+}
+
+/// Opens an existing presence lock file: never through a symlink, never blocking (a FIFO
+/// planted there would hang every pass), and only a regular file.
+fn open_lock_file(path: &Path) -> io::Result<File> {
+    let file = sys::open_nofollow(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a presence lock must be a plain file; remove what is there)",
+        ));
+    }
+    Ok(file)
 }
 
 /// `rename` reports `ENOENT` both for a vanished source and a missing destination directory;

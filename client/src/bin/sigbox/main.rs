@@ -52,8 +52,12 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Gc { older_than, limit } => cmd::mailbox::gc(&root, older_than, limit, &mut out)?,
         Command::Doctor => cmd::mailbox::doctor(&root, &mut out)?,
         Command::Completions { shell } => {
+            // Generated whole, then written: a closed pipe (`| head`) is then an error that ends
+            // quietly instead of a panic inside the generator.
             let mut grammar = Cli::command();
-            clap_complete::generate(shell, &mut grammar, "sigbox", &mut io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut grammar, "sigbox", &mut script);
+            out.write_all(&script)?;
             ExitCode::SUCCESS
         }
         Command::Demo => cmd::demo::run(&mut out)?,

@@ -33,6 +33,11 @@ impl Out {
         }
     }
 
+    /// Writes `bytes` as they are.
+    pub(crate) fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stdout.write_all(bytes)
+    }
+
     pub(crate) fn line(&mut self, s: &str) -> io::Result<()> {
         writeln!(self.stdout, "{s}")
     }
