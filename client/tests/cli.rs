@@ -817,3 +817,32 @@ fn completions_into_a_closed_pipe_end_quietly() {
         );
     }
 }
+
+#[test]
+fn a_root_whose_path_is_not_utf8_works_and_prints_valid_json() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join(std::ffi::OsStr::from_bytes(b"r\xff"));
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("--root")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let init: Value = serde_json::from_str(run(&["--json", "init"]).trim()).unwrap();
+    assert!(init["root"].as_str().unwrap().ends_with("r\u{fffd}"));
+    let id = run(&["send", "steer", "x", "--target", "Executor"]);
+    let got: Value =
+        serde_json::from_str(run(&["--json", "poll", "--as", "Executor"]).trim()).unwrap();
+    assert_eq!(got["id"], id.trim());
+    run(&["--json", "ls", "--all"]);
+    run(&["--json", "log"]);
+}

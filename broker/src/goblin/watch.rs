@@ -23,6 +23,13 @@ pub struct Watch {
     recovered: Option<Event>,
 }
 
+/// A path as JSON text (non-UTF-8 bytes replaced), or `null`: a path never stops an event.
+fn lossy_path(p: Option<&std::path::Path>) -> Value {
+    p.map_or(Value::Null, |p| {
+        Value::String(p.to_string_lossy().into_owned())
+    })
+}
+
 /// A transition saved with the new stage before its effects (moving the winner aside,
 /// reporting it), so that a process killed in between does not leave the pipeline stuck: the
 /// next start finishes it.
@@ -152,7 +159,7 @@ impl Event {
                 at,
             } => json!({"event": "transition", "signal": signal.name(), "from": from.as_str(),
                         "to": to.as_str(), "retries": retries, "payload": payload.to_json(),
-                        "consumed": consumed, "at": at}),
+                        "consumed": lossy_path(consumed.as_deref()), "at": at}),
             Event::Unexpected {
                 signal,
                 stage,
@@ -176,14 +183,14 @@ impl Event {
                 moved_to,
                 at,
             } => json!({"event": "conflict", "signal": signal.name(), "stage": stage.as_str(),
-                        "chosen": chosen.name(), "moved_to": moved_to, "at": at}),
+                        "chosen": chosen.name(), "moved_to": lossy_path(moved_to.as_deref()), "at": at}),
             Event::Stale {
                 signal,
                 stage,
                 moved_to,
                 at,
             } => json!({"event": "stale", "signal": signal.name(), "stage": stage.as_str(),
-                        "moved_to": moved_to, "at": at}),
+                        "moved_to": lossy_path(moved_to.as_deref()), "at": at}),
         }
     }
 }

@@ -125,7 +125,7 @@ pub(crate) fn run(cmd: GoblinCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
         GoblinCmd::Clean { worktree } => {
             let g = Goblin::open(&worktree)?;
             for p in g.clean()? {
-                out.emit(&json!({"removed": p}), || {
+                out.emit(&json!({"removed": path_json(&p)}), || {
                     format!("removed {}", p.display())
                 })?;
             }

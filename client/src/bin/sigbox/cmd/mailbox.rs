@@ -20,9 +20,10 @@ use crate::output::{Out, age, path_json, signal_human, signal_json, target_json}
 
 pub(crate) fn init(root: &Path, shared: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mb = MailboxOptions::new().shared(shared).init(root)?;
-    out.emit(&json!({"root": mb.root(), "initialized": true}), || {
-        format!("initialized {}", mb.root().display())
-    })?;
+    out.emit(
+        &json!({"root": path_json(mb.root()), "initialized": true}),
+        || format!("initialized {}", mb.root().display()),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

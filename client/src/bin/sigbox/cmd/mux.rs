@@ -9,7 +9,7 @@ use sigbox::mux::{self, MuxFields, MuxFormat, MuxStatus};
 use sigbox_client::Waiter;
 
 use crate::cli::{MuxCmd, MuxSignalArgs};
-use crate::output::Out;
+use crate::output::{Out, path_json};
 
 pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
     match cmd {
@@ -92,9 +92,10 @@ fn signal(args: MuxSignalArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
     let root = &args.project_root;
     let file = mux::write_signal(root, &args.signal, status, &fields, format)?;
     let shown = file.strip_prefix(root).unwrap_or(&file).to_path_buf();
-    out.emit(&json!({"path": shown, "status": status.as_str()}), || {
-        shown.display().to_string()
-    })?;
+    out.emit(
+        &json!({"path": path_json(&shown), "status": status.as_str()}),
+        || shown.display().to_string(),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -182,7 +183,7 @@ fn verify(found: &mux::Found, action: &str, out: &mut Out) -> anyhow::Result<Exi
             "paths": paths,
             "sizes": sizes.iter().map(|(n, s)| json!({"signal": n, "size": s})).collect::<Vec<_>>(),
             "failures": fails.iter().map(|(s, p, e)| json!({"signal": s, "path": p, "error": e})).collect::<Vec<_>>(),
-            "malformed": malformed.iter().map(|(p, e)| json!({"file": p, "reason": e})).collect::<Vec<_>>(),
+            "malformed": malformed.iter().map(|(p, e)| json!({"file": path_json(p), "reason": e})).collect::<Vec<_>>(),
         });
         out.line(&v.to_string())?;
         return Ok(ExitCode::SUCCESS);
