@@ -374,3 +374,33 @@ fn output_that_keeps_coming_after_the_command_exits_is_all_read() {
         "signals written while output kept coming were dropped"
     );
 }
+
+#[test]
+fn flux_result_refuses_a_fifo_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("result.json");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut child = Command::new(BIN)
+        .args(["flux", "result"])
+        .arg(&fifo)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_or_fail(&mut child, std::time::Duration::from_secs(30));
+    assert_eq!(status.code(), Some(2));
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("not a regular file"), "{err}");
+}

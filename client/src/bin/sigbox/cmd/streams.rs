@@ -37,6 +37,37 @@ fn for_each_chunk(
     }
 }
 
+/// The largest result document read.
+const MAX_DOCUMENT: u64 = 16 * 1024 * 1024;
+
+/// Reads a document the user names: a regular file (symlinks to one are fine: the path is the
+/// user's own), opened without blocking, so that a FIFO or device is refused instead of hanging.
+fn read_document(path: &Path) -> std::io::Result<Vec<u8>> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, socket, device or directory)",
+        ));
+    }
+    if meta.len() > MAX_DOCUMENT {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} bytes, over the {MAX_DOCUMENT} byte cap", meta.len()),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_DOCUMENT + 1).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 pub(crate) fn flux(cmd: FluxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
     match cmd {
         FluxCmd::Parse { file } => {
@@ -53,7 +84,7 @@ pub(crate) fn flux(cmd: FluxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         FluxCmd::Result { path } => {
-            let bytes = std::fs::read(&path)
+            let bytes = read_document(&path)
                 .with_context(|| format!("{}: cannot read the result document", path.display()))?;
             let r = flux::validate_result(&bytes);
             out.line(&r.to_json().to_string())?;
