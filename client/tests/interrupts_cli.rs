@@ -10,27 +10,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use sigbox::{Durability, MailboxOptions, NewSignal, SignalType, Target};
+mod common;
+
+use common::mailbox_with;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
-
-/// A mailbox with `n` signals for the Executor.
-fn mailbox_with(root: &Path, n: usize) -> HashSet<String> {
-    let mb = MailboxOptions::new()
-        .durability(Durability::RelaxedNoFsync)
-        .init(root)
-        .unwrap();
-    (0..n)
-        .map(|i| {
-            mb.send(
-                NewSignal::new(SignalType::Steer)
-                    .target(Target::Agent("Executor".into()))
-                    .message(format!("m{i}")),
-            )
-            .unwrap()
-        })
-        .collect()
-}
 
 fn processed(root: &Path) -> HashSet<String> {
     sigbox::Mailbox::open(root)

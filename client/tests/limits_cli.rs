@@ -6,27 +6,11 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
 
-use sigbox::{Durability, MailboxOptions, NewSignal, SignalType, Target};
+mod common;
+
+use common::mailbox_with;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
-
-fn mailbox_with(root: &Path, n: usize) -> (sigbox::Mailbox, HashSet<String>) {
-    let mb = MailboxOptions::new()
-        .durability(Durability::RelaxedNoFsync)
-        .init(root)
-        .unwrap();
-    let sent = (0..n)
-        .map(|i| {
-            mb.send(
-                NewSignal::new(SignalType::Steer)
-                    .target(Target::Agent("Executor".into()))
-                    .message(format!("m{i}")),
-            )
-            .unwrap()
-        })
-        .collect();
-    (mb, sent)
-}
 
 /// `sigbox --json poll --as Executor` under `ulimit -n limit`.
 fn poll_with_limit(root: &Path, limit: u32) -> std::process::Output {
@@ -45,7 +29,8 @@ fn poll_with_limit(root: &Path, limit: u32) -> std::process::Output {
 fn poll_under_ulimit_16_delivers_everything_and_quarantines_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("signals");
-    let (mb, sent) = mailbox_with(&root, 100);
+    let sent = mailbox_with(&root, 100);
+    let mb = sigbox::Mailbox::open(&root).unwrap();
     let out = poll_with_limit(&root, 16);
     assert!(
         out.status.success(),
@@ -70,7 +55,8 @@ fn poll_under_ulimit_16_delivers_everything_and_quarantines_nothing() {
 fn poll_with_too_few_descriptors_claims_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("signals");
-    let (mb, sent) = mailbox_with(&root, 10);
+    let sent = mailbox_with(&root, 10);
+    let mb = sigbox::Mailbox::open(&root).unwrap();
     let out = poll_with_limit(&root, 6);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
