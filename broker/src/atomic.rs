@@ -230,7 +230,7 @@ pub(crate) fn is_stage_name(name: &OsStr) -> bool {
         && tail
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        && matches!(hint, "send" | "ack" | "reason")
+        && matches!(hint, "send" | "ack" | "reason" | "marker")
 }
 
 #[cfg(test)]
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn stage_names_are_recognised_and_nothing_else_is() {
-        for hint in ["send", "ack", "reason"] {
+        for hint in ["send", "ack", "reason", "marker"] {
             let p = stage_name(Path::new("/r/inputs"), hint);
             assert_eq!(p.parent(), Some(Path::new("/r/inputs")));
             let name = p.file_name().unwrap();

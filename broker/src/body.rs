@@ -239,6 +239,8 @@ pub(crate) mod key {
     pub(crate) const HANDLED_AT: &str = "handled_at";
     /// Inside the block: what was done.
     pub(crate) const ACTION_TAKEN: &str = "action_taken";
+    /// Inside a redelivery's block: how many times the signal has been delivered again.
+    pub(crate) const REDELIVERY: &str = "redelivery";
 }
 
 /// Fields sigbox adds to archived files; they are not part of the signal.
@@ -280,6 +282,8 @@ pub(crate) enum Handled<'a> {
     Delivered,
     /// A broadcast archived with its status and the quorum agents that had not acked.
     Archived(Archived, &'a [String]),
+    /// A claim whose consumer died before handing it over, delivered again: the count.
+    Redelivered(u32),
 }
 
 impl Handled<'_> {
@@ -288,6 +292,7 @@ impl Handled<'_> {
         let action = match self {
             Handled::Delivered => "delivered",
             Handled::Archived(..) => "broadcast archived",
+            Handled::Redelivered(_) => "redelivered",
         };
         let mut extra = Map::new();
         extra.insert(
@@ -298,9 +303,17 @@ impl Handled<'_> {
                 key::ACTION_TAKEN: action,
             }),
         );
-        if let Handled::Archived(status, unacked) = self {
-            extra.insert(key::DELIVERY_STATUS.into(), json!(status.as_str()));
-            extra.insert(key::UNACKED_AGENTS.into(), json!(unacked));
+        match self {
+            Handled::Archived(status, unacked) => {
+                extra.insert(key::DELIVERY_STATUS.into(), json!(status.as_str()));
+                extra.insert(key::UNACKED_AGENTS.into(), json!(unacked));
+            }
+            Handled::Redelivered(n) => {
+                if let Some(Value::Object(block)) = extra.get_mut(key::HANDLING_METADATA) {
+                    block.insert(key::REDELIVERY.into(), json!(n));
+                }
+            }
+            Handled::Delivered => {}
         }
         extra
     }
@@ -320,6 +333,9 @@ pub struct Handling {
     pub delivery_status: Option<String>,
     /// For an archived broadcast: the quorum agents that had not acked.
     pub unacked_agents: Option<Vec<String>>,
+    /// How many times the signal was delivered again because a consumer died before handing
+    /// it over (0: never).
+    pub redelivery: u32,
 }
 
 impl Signal {
@@ -332,6 +348,7 @@ impl Signal {
             handled_by: text(meta.get(key::HANDLED_BY)),
             handled_at: text(meta.get(key::HANDLED_AT)),
             action_taken: text(meta.get(key::ACTION_TAKEN)),
+            redelivery: redelivery_of(meta),
             delivery_status: text(self.fields.get(key::DELIVERY_STATUS)),
             unacked_agents: self
                 .fields
@@ -345,6 +362,32 @@ impl Signal {
                 }),
         })
     }
+}
+
+impl Signal {
+    /// 0 for a first delivery; n when this is the n-th time the signal is delivered again
+    /// because a consumer died (or lost power) after claiming it and before handing it over
+    /// (spec/mailbox.md §9.2). A consumer that keeps the ids it has acted on never acts twice.
+    pub fn redelivery(&self) -> u32 {
+        self.fields
+            .get(key::HANDLING_METADATA)
+            .map_or(0, redelivery_of)
+    }
+}
+
+fn redelivery_of(block: &Value) -> u32 {
+    block
+        .get(key::REDELIVERY)
+        .and_then(Value::as_u64)
+        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// The redelivery count a record's last handling block holds (0 when none).
+pub(crate) fn redeliveries(bytes: &[u8], file_name: &str) -> u32 {
+    parse_record(bytes, name::format_of(file_name))
+        .ok()
+        .and_then(|b| b.fields.get(key::HANDLING_METADATA).map(redelivery_of))
+        .unwrap_or(0)
 }
 
 /// Removes the handling block from a record's fields, leaving the signal as it was sent.

@@ -133,6 +133,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             let reason = p.reason();
             let (severity, message) = match p.kind {
                 ProblemKind::Settling { .. } => (Severity::Info, reason),
+                ProblemKind::InFlight { .. } => (Severity::Problem, reason),
                 _ => (
                     Severity::Problem,
                     format!("{reason}; the next checkpoint pass will quarantine it"),

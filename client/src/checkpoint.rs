@@ -93,15 +93,27 @@ impl Checkpoint {
 
     /// Runs one checkpoint pass and returns the delivered signals, oldest first.
     ///
+    /// They stay in flight until acknowledged: by [`Checkpoint::ack`] once acted on, or by
+    /// the next `poll` or `wait`. If the process dies first, the agent's next checkpoint
+    /// delivers them again, marked ([`Signal::redelivery`]).
+    ///
     /// If the pass failed after delivering signals, they are returned and the error is kept
     /// for [`Checkpoint::take_error`]; the next call returns it if it was not taken.
     pub fn poll(&mut self) -> sigbox::Result<Vec<Signal>> {
-        self.poll_with(&PassControl::new(), &mut |_| Ok(()))
+        self.poll_with(PassControl::new().ack_later(), &mut |_| Ok(()))
+    }
+
+    /// Acknowledges what the last passes delivered: never delivered again, also after a
+    /// crash. Returns how many signals were acknowledged.
+    pub fn ack(&self) -> sigbox::Result<usize> {
+        self.mailbox.ack(&self.agent)
     }
 
     /// [`Checkpoint::poll`], handing each group of signals to `hand_over` as soon as it is
     /// durably claimed, and stopping early as `control` says (see
-    /// [`sigbox::Mailbox::pass_with`]). Returns the signals `hand_over` accepted.
+    /// [`sigbox::Mailbox::pass_with`]): a group `hand_over` accepts is acknowledged at once,
+    /// unless `control` says [`PassControl::ack_later`]. Returns the signals `hand_over`
+    /// accepted.
     pub fn poll_with(
         &mut self,
         control: &PassControl<'_>,
@@ -173,9 +185,10 @@ impl Checkpoint {
     /// Event-driven where the filesystem gives events: it sleeps in the kernel until a file
     /// changes in `inputs/` or the agent's buffer, a dropped file's settle window ends, or the
     /// 30 s backstop; an event overflow triggers a full rescan. Where events are unreliable it
-    /// polls (see [`WaitMode`]). It never spins.
+    /// polls (see [`WaitMode`]). It never spins. What it returns stays in flight until
+    /// acknowledged, as with [`Checkpoint::poll`].
     pub fn wait(&mut self, timeout: Option<Duration>) -> sigbox::Result<Vec<Signal>> {
-        self.wait_with(timeout, &PassControl::new(), &mut |_| Ok(()))
+        self.wait_with(timeout, PassControl::new().ack_later(), &mut |_| Ok(()))
     }
 
     /// [`Checkpoint::wait`], with each pass run as [`Checkpoint::poll_with`] runs it. Returns

@@ -159,6 +159,8 @@ pub fn mailbox_model(data: &[u8]) {
     // Model.
     let mut sent: BTreeMap<String, Target> = BTreeMap::new(); // send returned Ok
     let mut delivered: BTreeSet<(String, String)> = BTreeSet::new();
+    // Acknowledged: never delivered again, also after a crash.
+    let mut acked: BTreeSet<(String, String)> = BTreeSet::new();
     let mut finished = false;
     let mut bytes = data.iter().copied();
     let mut next = move || bytes.next();
@@ -207,12 +209,22 @@ pub fn mailbox_model(data: &[u8]) {
                         "a partial file was visible: {:?}",
                         p.rejected
                     );
+                    let ok = mb.ack(agent).is_ok();
                     for s in p.delivered {
+                        let key = (agent.to_string(), s.id.clone());
                         assert!(
-                            delivered.insert((agent.to_string(), s.id.clone())),
-                            "{} delivered twice to {agent}",
+                            !acked.contains(&key),
+                            "{} delivered again after its ack",
                             s.id
                         );
+                        assert!(
+                            delivered.insert(key.clone()) || s.redelivery() > 0,
+                            "{} delivered twice to {agent}, unmarked",
+                            s.id
+                        );
+                        if ok {
+                            acked.insert(key);
+                        }
                     }
                 }
             }
@@ -252,11 +264,18 @@ pub fn mailbox_model(data: &[u8]) {
                 break;
             }
             for s in p.delivered {
+                let key = (agent.to_string(), s.id.clone());
                 assert!(
-                    delivered.insert((agent.to_string(), s.id.clone())),
-                    "{} delivered twice to {agent}",
+                    !acked.contains(&key),
+                    "{} delivered again after its ack",
                     s.id
                 );
+                assert!(
+                    delivered.insert(key.clone()) || s.redelivery() > 0,
+                    "{} delivered twice to {agent}, unmarked",
+                    s.id
+                );
+                acked.insert(key);
             }
         }
     }

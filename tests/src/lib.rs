@@ -34,3 +34,17 @@ pub fn reason(root: &Path, name: &str) -> String {
     let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     v["reason"].as_str().unwrap().to_string()
 }
+
+/// How many signals sit in claim slots under `root/claimed/` (in flight, not acknowledged).
+pub fn in_flight(root: &std::path::Path) -> usize {
+    let Ok(agents) = std::fs::read_dir(root.join("claimed")) else {
+        return 0;
+    };
+    let mut n = 0;
+    for agent in agents {
+        for slot in std::fs::read_dir(agent.unwrap().path()).unwrap() {
+            n += std::fs::read_dir(slot.unwrap().path()).unwrap().count();
+        }
+    }
+    n
+}

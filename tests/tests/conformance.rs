@@ -57,6 +57,8 @@ fn run_vector(v: &Value) -> Result<(), String> {
         if let Some(agent) = step.get("pass").and_then(Value::as_str) {
             let state = step.get("state").and_then(Value::as_str);
             let pass = mb.pass(agent, state).map_err(|e| format!("{ctx}: {e}"))?;
+            // The runner acts on what it got at once: acknowledged, so into processed/.
+            mb.ack(agent).map_err(|e| format!("{ctx}: ack: {e}"))?;
             let got: Vec<String> = pass.delivered.iter().map(|s| s.id.clone()).collect();
             let want = strings(&step["delivered"]);
             if got != want {

@@ -4,8 +4,9 @@
 //! for every n until the operation completes. The recorded effects are replayed into a
 //! [`Model`], which writes out what a crash at that moment may leave on disk (directories as of
 //! their last fsync, file data as of its last fsync). A fresh mailbox is opened on that image
-//! and drained by every agent; then: nothing sent is lost, nothing handed over before the crash
-//! is handed over again, nothing is delivered twice, and no partial file is ever read.
+//! and drained by every agent; then: nothing sent is lost, nothing acknowledged before the crash
+//! is delivered again, a signal delivered a second time is always marked as a redelivery
+//! (its consumer died before acknowledging it), and no partial file is ever read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -70,7 +71,48 @@ fn base(root: &Path) -> Base {
     }
 }
 
-type Handed = Vec<(String, String)>;
+/// One delivery: the agent, the signal id, its redelivery count, and whether it was
+/// acknowledged (the consumer's `ack` returned) before the crash.
+#[derive(Clone, Debug)]
+struct Got {
+    agent: String,
+    id: String,
+    again: u32,
+    acked: bool,
+}
+
+type Handed = Vec<Got>;
+
+/// Checks a sequence of deliveries: a second delivery of a signal to an agent is marked and
+/// never follows an acknowledged one. Returns the (agent, id) pairs seen.
+fn check_deliveries<'a>(
+    ctx: &str,
+    all: impl Iterator<Item = &'a Got>,
+) -> BTreeSet<(String, String)> {
+    let mut acked = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    for g in all {
+        let key = (g.agent.clone(), g.id.clone());
+        assert!(
+            !acked.contains(&key),
+            "{ctx}: {} delivered to {} again after it was acknowledged",
+            g.id,
+            g.agent
+        );
+        if !seen.insert(key.clone()) {
+            assert!(
+                g.again > 0,
+                "{ctx}: {} delivered twice to {}, the second time unmarked",
+                g.id,
+                g.agent
+            );
+        }
+        if g.acked {
+            acked.insert(key);
+        }
+    }
+    seen
+}
 
 /// Runs `op` with the filesystem frozen at effect `n`. Returns what it handed over, whether
 /// it completed, the recorder, and an optional id that a completed `send` promises.
@@ -105,15 +147,29 @@ fn drain(root: &Path) -> (Handed, Vec<String>) {
             if pass.delivered.is_empty() {
                 break;
             }
-            got.extend(pass.delivered.into_iter().map(|s| (a.to_string(), s.id)));
+            // Acknowledged by the next pass of this handle.
+            got.extend(pass.delivered.iter().map(|s| Got {
+                agent: a.to_string(),
+                id: s.id.clone(),
+                again: s.redelivery(),
+                acked: true,
+            }));
         }
     }
     (got, rejected)
 }
 
-fn handed_of(pass: sigbox::Result<sigbox::Pass>, agent: &str, handed: &mut Handed) {
+/// Records what a pass of `agent` delivered, then acknowledges it: what `ack` confirmed is
+/// marked acknowledged.
+fn handed_of(mb: &Mailbox, pass: sigbox::Result<sigbox::Pass>, agent: &str, handed: &mut Handed) {
     if let Ok(p) = pass {
-        handed.extend(p.delivered.into_iter().map(|s| (agent.to_string(), s.id)));
+        let acked = mb.ack(agent).is_ok();
+        handed.extend(p.delivered.into_iter().map(|s| Got {
+            agent: agent.to_string(),
+            again: s.redelivery(),
+            id: s.id,
+            acked,
+        }));
     }
 }
 
@@ -147,15 +203,7 @@ fn enumerate(
             rejected.is_empty(),
             "{ctx}: a partial or invalid file was visible: {rejected:?}"
         );
-        let mut all: Handed = before.clone();
-        all.extend(handed.iter().cloned());
-        let mut seen = BTreeSet::new();
-        for (a, id) in all.iter().chain(after.iter()) {
-            assert!(
-                seen.insert((a.clone(), id.clone())),
-                "{ctx}: {id} delivered twice to {a}"
-            );
-        }
+        let seen = check_deliveries(&ctx, before.iter().chain(&handed).chain(&after));
         for (a, ids) in &b.expected {
             for id in ids {
                 if *id == b.broadcast && !check_broadcast_everyone {
@@ -186,7 +234,7 @@ fn enumerate(
 /// The operation under test: one pass of `agent`, recording what it handed over.
 fn pass_of(agent: &'static str) -> impl Fn(&Mailbox, &mut Handed) -> Option<String> {
     move |mb, h| {
-        handed_of(mb.pass(agent, None), agent, h);
+        handed_of(mb, mb.pass(agent, None), agent, h);
         None
     }
 }
@@ -246,10 +294,9 @@ fn crash_during_claim_from_buffer() {
             // No agent holds presence here, so every targeted signal is buffered.
             assert_eq!(p.buffered.len(), 4, "{:?}", p.buffered);
             assert!(p.buffered.iter().any(|b| b.agent == "Planner"));
-            p.delivered
-                .into_iter()
-                .map(|s| ("Orchestrator".to_string(), s.id))
-                .collect()
+            let mut h = Vec::new();
+            handed_of(&mb, Ok(p), "Orchestrator", &mut h);
+            h
         },
         &pass_of("Planner"),
         true,
@@ -266,13 +313,13 @@ fn crash_during_broadcast_archive() {
             let mb = opts().open(root).unwrap();
             let mut h = Vec::new();
             for a in ["Questioner", "Reviewer"] {
-                handed_of(mb.pass(a, None), a, &mut h);
+                handed_of(&mb, mb.pass(a, None), a, &mut h);
             }
             h
         },
         &|mb, h| {
             let p = mb.pass("Orchestrator", None);
-            handed_of(p, "Orchestrator", h);
+            handed_of(mb, p, "Orchestrator", h);
             None
         },
         true,
@@ -287,8 +334,8 @@ fn crash_during_finish() {
         &|root, b| {
             let mb = opts().open(root).unwrap();
             let mut h = Vec::new();
-            handed_of(mb.pass("Reviewer", None), "Reviewer", &mut h);
-            assert!(h.iter().any(|(_, id)| *id == b.broadcast));
+            handed_of(&mb, mb.pass("Reviewer", None), "Reviewer", &mut h);
+            assert!(h.iter().any(|g| g.id == b.broadcast));
             h
         },
         &|mb, _| {
@@ -316,10 +363,8 @@ fn crash_during_quarantine_and_gc() {
         let mut model = Model::snapshot(&work);
         let rec = Arc::new(Recorder::freezing_at(n));
         let mb = opts().hook(rec.clone()).open(&work).unwrap();
-        let handed: Vec<String> = mb
-            .pass("Executor", None)
-            .map(|p| p.delivered.into_iter().map(|s| s.id).collect())
-            .unwrap_or_default();
+        let mut handed = Vec::new();
+        handed_of(&mb, mb.pass("Executor", None), "Executor", &mut handed);
         let _ = mb.gc(Duration::ZERO, 100);
         let completed = rec.attempted() <= n;
         for o in rec.ops() {
@@ -346,11 +391,10 @@ fn crash_during_quarantine_and_gc() {
             }
         }
         let (after, _) = drain(&crashed);
-        let total = handed.iter().filter(|i| **i == good).count()
-            + after.iter().filter(|(_, i)| *i == good).count();
-        assert_eq!(
-            total, 1,
-            "crash at {n}: good signal delivered {total} times"
+        let seen = check_deliveries(&format!("crash at {n}"), handed.iter().chain(&after));
+        assert!(
+            seen.contains(&("Executor".to_string(), good.clone())),
+            "crash at {n}: good signal lost"
         );
         assert!(
             crashed.join("rejected/broken.yaml").exists(),
@@ -596,9 +640,10 @@ fn interrupted_yaml_claim_with_a_zero_tail_is_finished_once() {
     assert_eq!(pass.rejected.len(), 1);
 }
 
-/// A pass claims in groups: each claim renames and appends, then the group is made durable
-/// together (every handling block fdatasynced and `processed/` fsynced once, all in flight
-/// together, then `inputs/` once) before anything is handed over; at most 64 claims per group.
+/// A pass claims in groups: each claim renames into the handle's slot and appends, then the
+/// group is made durable together (every claimed file fdatasynced and the slot fsynced once,
+/// all in flight together, then `inputs/` once) before anything is handed over; at most 64
+/// claims per group. The acknowledgement moves them all into `processed/` and fsyncs it once.
 #[test]
 fn claims_of_a_pass_commit_together() {
     for (k, groups) in [(1, 1), (5, 1), (64, 1), (65, 2), (130, 3)] {
@@ -616,15 +661,30 @@ fn claims_of_a_pass_commit_together() {
             // A delivered signal carries the handling block appended to its record.
             assert_eq!(s.fields["handling_metadata"]["handled_by"], "Executor");
             assert_eq!(s.fields["handling_metadata"]["action_taken"], "delivered");
+            assert_eq!(s.redelivery(), 0);
         }
         let ops = rec.ops();
         let processed = tmp.path().join("processed");
         let inputs = tmp.path().join("inputs");
+        let claimed = tmp.path().join("claimed");
+        let agent_dir = claimed.join("Executor");
+        let slot = agent_dir.join("0");
+        // The first claim makes the slot: each new directory, then its parent.
+        let made = [
+            Op::CreateDir(agent_dir.clone()),
+            Op::SyncDir(agent_dir.clone()),
+            Op::SyncDir(claimed.clone()),
+            Op::CreateDir(slot.clone()),
+            Op::SyncDir(slot.clone()),
+            Op::SyncDir(agent_dir.clone()),
+        ];
+        assert_eq!(format!("{:?}", &ops[..6]), format!("{made:?}"));
+        let ops = &ops[6..];
         let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
         assert_eq!(count(&|o| matches!(o, Op::Rename(..))), k);
         assert_eq!(count(&|o| matches!(o, Op::SyncFile(_))), k);
         assert_eq!(
-            count(&|o| matches!(o, Op::SyncDir(d) if *d == processed)),
+            count(&|o| matches!(o, Op::SyncDir(d) if *d == slot)),
             groups,
             "{k} claims"
         );
@@ -633,14 +693,18 @@ fn claims_of_a_pass_commit_together() {
             groups,
             "{k} claims"
         );
-        // Within each group: every rename and append, then the file syncs and processed/ (in
+        assert_eq!(
+            count(&|o| matches!(o, Op::SyncDir(d) if *d == processed)),
+            0
+        );
+        // Within each group: every rename and append, then the file syncs and the slot (in
         // flight together, in any order), then inputs/.
         let mut phase = 0;
-        for o in &ops {
+        for o in ops {
             let p = match o {
                 Op::Rename(..) | Op::Write(..) => 0,
                 Op::SyncFile(_) => 1,
-                Op::SyncDir(d) if *d == processed => 1,
+                Op::SyncDir(d) if *d == slot => 1,
                 Op::SyncDir(d) if *d == inputs => 2,
                 other => panic!("unexpected effect {other:?}"),
             };
@@ -650,6 +714,18 @@ fn claims_of_a_pass_commit_together() {
             );
             phase = p;
         }
+        // The acknowledgement: k renames from the slot into processed/, one fsync.
+        let before = rec.ops().len();
+        assert_eq!(mb.ack("Executor").unwrap(), k);
+        let acked = &rec.ops()[before..];
+        assert_eq!(acked.len(), k + 1, "{acked:?}");
+        assert!(
+            acked[..k]
+                .iter()
+                .all(|o| matches!(o, Op::Rename(from, to) if from.starts_with(&slot) && to.starts_with(&processed)))
+        );
+        assert!(matches!(&acked[k], Op::SyncDir(d) if *d == processed));
+        assert_eq!(mb.processed().unwrap().len(), k);
     }
 }
 
@@ -659,7 +735,7 @@ fn claims_of_a_pass_commit_together() {
 /// signals the crashed pass handed over.
 fn crash_executor_pass(prepare: &dyn Fn(&Mailbox) -> Vec<String>) -> (usize, BTreeSet<usize>) {
     let ids = std::sync::Mutex::new(BTreeSet::<String>::new());
-    let handed = std::sync::Mutex::new(Vec::<String>::new());
+    let handed = std::sync::Mutex::new(Handed::new());
     let sizes = std::sync::Mutex::new(BTreeSet::new());
     let states = enumerate_tree(
         &|t| {
@@ -670,25 +746,17 @@ fn crash_executor_pass(prepare: &dyn Fn(&Mailbox) -> Vec<String>) -> (usize, BTr
             let mb = opts().hook(rec).open(w).unwrap();
             let mut h = handed.lock().unwrap();
             h.clear();
-            match mb.pass("Executor", None) {
-                Ok(p) => {
-                    h.extend(p.delivered.iter().map(|s| s.id.clone()));
-                    p.interrupted.is_none()
-                }
-                Err(_) => false,
-            }
+            let pass = mb.pass("Executor", None);
+            let whole = pass.as_ref().is_ok_and(|p| p.interrupted.is_none());
+            handed_of(&mb, pass, "Executor", &mut h);
+            whole && h.iter().all(|g| g.acked)
         },
         &|c, n, _| {
             let (after, rejected) = drain(c);
             assert!(rejected.is_empty(), "crash at {n}: {rejected:?}");
-            let mut seen = BTreeSet::new();
             let h = handed.lock().unwrap();
-            for id in h.iter().chain(after.iter().map(|(_, id)| id)) {
-                assert!(
-                    seen.insert(id.clone()),
-                    "crash at {n}: {id} delivered twice"
-                );
-            }
+            let seen = check_deliveries(&format!("crash at {n}"), h.iter().chain(&after));
+            let seen: BTreeSet<String> = seen.into_iter().map(|(_, id)| id).collect();
             assert_eq!(
                 seen,
                 *ids.lock().unwrap(),
@@ -766,8 +834,8 @@ impl sigbox::FsHook for DiesBeforeSyncing {
 #[test]
 fn a_buffered_signal_claimed_before_a_power_loss_is_not_delivered_again() {
     // The orchestrator moves a signal into an absent agent's buffer and syncs the buffer, but
-    // dies before syncing inputs/. The agent starts at once, claims the signal from its buffer
-    // and acts on it. Then the power fails: on a filesystem whose renames are not atomic
+    // dies before syncing inputs/. The agent starts at once, claims the signal from its buffer,
+    // acts on it and acknowledges it. Then the power fails: on a filesystem whose renames are not atomic
     // across directories, inputs/ may come back as of its last fsync, still holding the
     // signal. The agent must not receive it a second time.
     let tmp = tempfile::tempdir().unwrap();
@@ -798,6 +866,7 @@ fn a_buffered_signal_claimed_before_a_power_loss_is_not_delivered_again() {
     let first = exec.pass("Executor", None).unwrap();
     assert_eq!(first.delivered.len(), 1);
     assert_eq!(first.delivered[0].id, id);
+    assert_eq!(exec.ack("Executor").unwrap(), 1);
 
     for o in rec.ops() {
         model.apply(&o);

@@ -123,7 +123,7 @@ fn a_claim_whose_record_cannot_be_appended_is_undone() {
     let clean = sigbox::Mailbox::init(tmp.path()).unwrap();
     let id = clean.send(&sig()).unwrap();
     let mb = MailboxOptions::new()
-        .hook(Arc::new(FailFilesLike("/processed/")))
+        .hook(Arc::new(FailFilesLike("/claimed/")))
         .open(tmp.path())
         .unwrap();
     let err = mb.pass("Executor", None).unwrap_err();
@@ -132,6 +132,10 @@ fn a_claim_whose_record_cannot_be_appended_is_undone() {
     assert!(
         sigbox_tests::names(&tmp.path().join("processed")).is_empty(),
         "claimed and not handed over"
+    );
+    assert!(
+        sigbox_tests::names(&tmp.path().join("claimed/Executor/0")).is_empty(),
+        "left in flight"
     );
     let again = clean.pass("Executor", None).unwrap();
     assert_eq!(again.delivered.len(), 1);

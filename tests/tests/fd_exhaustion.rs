@@ -48,12 +48,14 @@ fn running_out_of_descriptors_mid_pass_loses_and_quarantines_nothing() {
     let reader = Mailbox::open(mb.root()).unwrap();
     let mut delivered = HashSet::new();
     let mut short_passes = 0;
-    // Three descriptors: the directories the commit needs (processed/, inputs/) and one
-    // claimed file; the second claim's open fails. Then fewer, down to none.
-    for free in [3, 2, 1, 0] {
+    // Five descriptors: the claim slot's lock (held by the handle from its first claim on),
+    // the directories the commit needs (the slot, inputs/), and the claimed files; a later
+    // claim's open fails. Then fewer, down to none.
+    for free in [5, 4, 3, 2, 1, 0] {
         let held = fill_descriptor_table(free);
         let result = reader.pass("Executor", None);
         drop(held);
+        reader.ack("Executor").unwrap();
         match result {
             Ok(pass) => {
                 assert!(
@@ -86,12 +88,13 @@ fn running_out_of_descriptors_mid_pass_loses_and_quarantines_nothing() {
         let pending: HashSet<String> = mb.pending().unwrap().into_iter().map(|p| p.id).collect();
         assert_eq!(pending.len() + delivered.len(), sent.len());
     }
-    assert_eq!(short_passes, 4);
+    assert_eq!(short_passes, 6);
     assert!(
         !delivered.is_empty(),
         "no short pass got as far as a claim: the test proves nothing"
     );
     let rest = reader.pass("Executor", None).unwrap();
+    reader.ack("Executor").unwrap();
     assert!(rest.interrupted.is_none());
     for s in rest.delivered {
         assert!(delivered.insert(s.id), "delivered twice");

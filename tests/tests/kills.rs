@@ -1,7 +1,8 @@
 //! Guards the durability contract against real crashes: sender and consumer processes are
 //! killed with SIGKILL at random moments, over and over; after each round the mailbox is
-//! reopened and checked. A signal whose `send` returned is never lost, nothing is delivered
-//! twice, and no partial file is ever visible.
+//! reopened and checked. A signal whose `send` returned is never lost (some consumer prints
+//! it), a signal printed twice is marked as a redelivery the second time, and no partial file
+//! is ever visible.
 
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
@@ -40,6 +41,8 @@ fn a_thousand_sigkills_lose_nothing_and_duplicate_nothing() {
     let mut rng = Rng(0x5EED_1234_ABCD_0001);
     let mut sent: HashSet<String> = HashSet::new();
     let mut delivered: HashSet<String> = HashSet::new();
+    // Printed a second time; printed marked as a redelivery (first time or not).
+    let mut again = [0, 0];
     let (mut kills, mut rounds) = (0, 0);
     let start = Instant::now();
     let check = |root: &std::path::Path, round: usize| {
@@ -51,11 +54,15 @@ fn a_thousand_sigkills_lose_nothing_and_duplicate_nothing() {
         for p in mb.pending().unwrap() {
             assert!(p.type_name == "INFO", "round {round}: {p:?}");
         }
-        assert!(
-            mb.problems().unwrap().is_empty(),
-            "round {round}: {:?}",
-            mb.problems()
-        );
+        // Claims of killed consumers wait in their slots for the next pass: not a problem
+        // of the files.
+        let problems: Vec<_> = mb
+            .problems()
+            .unwrap()
+            .into_iter()
+            .filter(|p| !matches!(p.kind, sigbox::ProblemKind::InFlight { .. }))
+            .collect();
+        assert!(problems.is_empty(), "round {round}: {problems:?}");
         assert!(
             mb.rejected().unwrap().is_empty(),
             "round {round}: {:?}",
@@ -104,11 +111,8 @@ fn a_thousand_sigkills_lose_nothing_and_duplicate_nothing() {
             for line in text.lines() {
                 if let Some(id) = line.strip_prefix("SENT ") {
                     sent.insert(id.to_string());
-                } else if let Some((id, _)) = line.split_once(' ') {
-                    assert!(
-                        delivered.insert(id.to_string()),
-                        "round {rounds}: {id} delivered twice"
-                    );
+                } else {
+                    take(line, &mut delivered, &mut again, rounds);
                 }
             }
         }
@@ -130,11 +134,7 @@ fn a_thousand_sigkills_lose_nothing_and_duplicate_nothing() {
     let (ok, text) = output_of(c);
     assert!(ok);
     for line in text.lines() {
-        let (id, _) = line.split_once(' ').unwrap();
-        assert!(
-            delivered.insert(id.to_string()),
-            "{id} delivered twice (after the kills)"
-        );
+        take(line, &mut delivered, &mut again, rounds + 1);
     }
     let processed: HashSet<String> = sigbox_tests::names(&root.join("processed"))
         .into_iter()
@@ -146,22 +146,37 @@ fn a_thousand_sigkills_lose_nothing_and_duplicate_nothing() {
         .filter(|n| !n.starts_with('.'))
         .collect();
     assert!(pending.is_empty(), "{pending:?}");
-    // Every signal whose send returned was claimed; every delivery was of a claimed signal.
-    let lost: Vec<_> = sent.difference(&processed).collect();
+    // Every signal whose send returned was printed; everything printed was acknowledged into
+    // processed/, and nothing is left in flight.
+    let lost: Vec<_> = sent.difference(&delivered).collect();
     assert!(
         lost.is_empty(),
         "{} sent signals lost: {lost:?}",
         lost.len()
     );
-    assert!(delivered.is_subset(&processed));
-    // Claimed by a consumer killed after its claim was durable and before it printed: the
-    // window the contract names (spec/mailbox.md §9.2). The record in processed/ shows it.
-    let window = processed.difference(&delivered).count();
+    assert_eq!(delivered, processed);
+    assert_eq!(sigbox_tests::in_flight(&root), 0, "left in flight");
     eprintln!(
-        "{kills} SIGKILLs in {rounds} rounds ({:.1} s): {} signals sent and acknowledged, {} delivered, {} claimed by a consumer killed before it could act, 0 lost, 0 duplicated",
+        "{kills} SIGKILLs in {rounds} rounds ({:.1} s): {} signals sent and acknowledged, {} delivered, {} redelivered (marked) after their consumer was killed before acknowledging them, {} of them printed twice, 0 lost, 0 duplicated unmarked",
         start.elapsed().as_secs_f64(),
         sent.len(),
         delivered.len(),
-        window
+        again[1],
+        again[0],
     );
+}
+
+/// Takes one consumer line: `<id> <message>`, or `AGAIN <n> <id> <message>` for a
+/// redelivery. A signal printed a second time must be a marked redelivery.
+fn take(line: &str, delivered: &mut HashSet<String>, again: &mut [usize; 2], round: usize) {
+    let (marked, rest) = match line.strip_prefix("AGAIN ") {
+        Some(r) => (true, r.split_once(' ').unwrap().1),
+        None => (false, line),
+    };
+    again[1] += usize::from(marked);
+    let (id, _) = rest.split_once(' ').unwrap();
+    if !delivered.insert(id.to_string()) {
+        assert!(marked, "round {round}: {id} delivered twice, unmarked");
+        again[0] += 1;
+    }
 }

@@ -462,6 +462,24 @@ impl Io {
         .map_err(|e| Error::io(path, "cannot open presence lock", e))
     }
 
+    /// Opens the directory `path` (never through a symlink) and takes an exclusive `flock` on
+    /// it without blocking: `Ok(None)` when another open file description holds it or the
+    /// directory is gone. The lock lasts as long as the returned descriptor; a process that
+    /// dies releases it. Not an effect: locks do not survive a crash and change nothing on
+    /// disk.
+    pub(crate) fn lock_dir(&self, path: &Path) -> Result<Option<File>> {
+        let file = match sys::open_dir_nofollow(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(path, "cannot open directory", e)),
+        };
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(Error::io(path, "cannot lock directory", e)),
+        }
+    }
+
     /// True when `path` is a directory, following a final symlink (`stat`).
     pub(crate) fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()

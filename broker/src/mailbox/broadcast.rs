@@ -21,18 +21,21 @@ use crate::name;
 use crate::signal::{Signal, Target};
 
 impl Mailbox {
-    /// Delivers a broadcast to `agent` once: writes `acks/<id>/<agent>.ack` without replacing.
-    /// `None` when the agent has acked it before (in either ack form), or when the file is
-    /// gone or invalid (then it is quarantined and recorded in `pass`).
+    /// Delivers a broadcast to `agent` once: writes its marker into the handle's `slot`,
+    /// then `acks/<id>/<agent>.ack` without replacing. `None` when the agent has acked it
+    /// before (in either ack form), or when the file is gone or invalid (then it is
+    /// quarantined and recorded in `pass`).
     ///
-    /// **Durability:** the ack is written atomically and durably before the signal is
-    /// returned.
+    /// **Durability:** the marker, then the ack, are written atomically and durably before
+    /// the signal is returned: a consumer that dies before handing it over leaves the marker,
+    /// and the agent's next pass delivers the broadcast again.
     pub(super) fn ack_once(
         &self,
+        slot: &std::path::Path,
         name: &OsStr,
         agent: &str,
         pass: &mut Pass,
-    ) -> Result<Option<(Signal, PathBuf)>> {
+    ) -> Result<Option<(Signal, PathBuf, PathBuf)>> {
         let key = (agent.to_string(), name.to_os_string());
         let remember = || {
             self.acked
@@ -62,9 +65,18 @@ impl Mailbox {
             ReadOutcome::Gone => return Ok(None),
             ReadOutcome::Bytes(bytes, _) => match Signal::parse_file_bytes(&bytes, &src) {
                 Ok(sig) => {
-                    return self
-                        .write_ack(&ack_dir, &ack, id, agent, sig)
-                        .inspect(|_| remember());
+                    let marker = slot.join(Layout::marker_name(name));
+                    self.write_marker(&marker, &fname, 0)?;
+                    let written = self.write_ack(&ack_dir, &ack, id, agent, sig)?;
+                    remember();
+                    return Ok(match written {
+                        Some((sig, ack)) => Some((sig, ack, marker)),
+                        None => {
+                            // Another handle of the agent acked it first: it delivers.
+                            self.drop_marker(&marker)?;
+                            None
+                        }
+                    });
                 }
                 Err(e) => e.reason().to_string(),
             },
@@ -150,7 +162,15 @@ impl Mailbox {
         let extra = Handled::Archived(status, unacked).fields(agent);
         let mut scratch = Pass::default();
         let inputs = &self.layout.inputs;
-        let r = self.claim_into_processed(inputs, name, agent, extra, &mut scratch, None)?;
+        let r = self.claim_into(
+            &self.layout.processed,
+            inputs,
+            name,
+            agent,
+            extra,
+            &mut scratch,
+            None,
+        )?;
         Ok(r.is_some())
     }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::inflight::Held;
 use super::report::{Buffered, Pass, Rejection};
 use super::{Mailbox, lossy};
 use crate::atomic::{self, Claimed};
@@ -17,6 +18,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::io::ReadOutcome;
 use crate::name;
 use crate::signal::Signal;
+use crate::sys::EntryKind;
 
 /// Claims per group commit: a pass makes its claims durable together, at most this many at a
 /// time (each keeps its file open until the commit).
@@ -40,24 +42,35 @@ pub(super) struct Delivery {
     pending: Option<PathBuf>,
     /// How to take the delivery back if it cannot be handed over.
     pub(super) undo: Undo,
+    /// Where it waits for its acknowledgement once handed over.
+    pub(super) held: Held,
 }
 
 /// What takes back a delivery that was made but could not be handed over.
 pub(super) enum Undo {
     /// Move the claimed file (at the signal's path) back to here.
     Claim(PathBuf),
-    /// Remove this ack.
-    Ack(PathBuf),
+    /// Remove this ack, then the broadcast's marker.
+    Ack { ack: PathBuf, marker: PathBuf },
+    /// Nothing: a redelivery stays in the slot this handle holds, for its next pass.
+    Keep,
 }
 
 impl Delivery {
-    /// A broadcast delivered by writing `ack`: durable as made.
-    pub(super) fn acked(signal: Signal, ack: PathBuf) -> Delivery {
+    /// A delivery that is durable as made.
+    pub(super) fn durable(signal: Signal, undo: Undo, held: Held) -> Delivery {
         Delivery {
             signal,
             pending: None,
-            undo: Undo::Ack(ack),
+            undo,
+            held,
         }
+    }
+
+    /// A broadcast delivered by writing `ack`, with its `marker` in the handle's slot.
+    pub(super) fn acked(signal: Signal, ack: PathBuf, marker: PathBuf) -> Delivery {
+        let held = Held::Marker(marker.clone());
+        Delivery::durable(signal, Undo::Ack { ack, marker }, held)
     }
 }
 
@@ -67,11 +80,13 @@ pub(super) struct Batch {
     group: usize,
     /// Appended handling blocks, to fdatasync.
     files: Vec<(PathBuf, File)>,
-    /// Directories to fsync after `processed/`, in order: the claims' source directories,
-    /// with `inputs/` before any buffer (spec/mailbox.md §9.2).
+    /// The slot the claims go to, synced with the files.
+    dest: Option<PathBuf>,
+    /// Directories to fsync after the slot, in order: the claims' source directories, with
+    /// `inputs/` before any buffer (spec/mailbox.md §9.2).
     dirs: Vec<PathBuf>,
     /// The directories the commit fsyncs, opened before the first claim that needs each, so
-    /// that a commit never needs a new descriptor (`processed/` and the source directories).
+    /// that a commit never needs a new descriptor (the slot and the source directories).
     open_dirs: Vec<(PathBuf, File)>,
     /// Claims since the last commit.
     claims: usize,
@@ -88,6 +103,7 @@ impl Batch {
         Batch {
             group,
             files: Vec::new(),
+            dest: None,
             dirs: Vec::new(),
             open_dirs: Vec::new(),
             claims: 0,
@@ -151,8 +167,8 @@ enum Recorded {
 }
 
 impl Mailbox {
-    /// Makes the batch's claims durable (group commit): fdatasync every appended handling
-    /// block and fsync `processed/`, all in flight together, then each directory of
+    /// Makes the batch's claims durable (group commit): fdatasync every claimed file (with its
+    /// appended handling block) and fsync the slot, all in flight together, then each directory of
     /// `batch.dirs` in order (`inputs/` before a buffer). A claim is durable once its source
     /// directory is synced: when the commit then fails on another directory, the claims
     /// already durable are still handed over.
@@ -160,9 +176,12 @@ impl Mailbox {
         if batch.claims > 0 {
             // Closed when the syncs are done, whatever their outcome.
             let files = std::mem::take(&mut batch.files);
-            let processed = &self.layout.processed;
+            let dest = batch
+                .dest
+                .clone()
+                .expect("a batch with claims knows their slot");
             self.io
-                .sync_together(&files, (processed, batch.dir_file(processed)))?;
+                .sync_together(&files, (&dest, batch.dir_file(&dest)))?;
             while let Some(dir) = batch.dirs.first() {
                 self.io.sync_dir_file(batch.dir_file(dir), dir)?;
                 for d in &mut batch.deliveries[batch.durable..] {
@@ -182,16 +201,19 @@ impl Mailbox {
     }
 
     /// Takes back durable deliveries that could not be handed over (a closed or full output):
-    /// each claimed file goes back where it was (no-clobber), each ack is removed, and the
-    /// directories are synced (the sources first, then `processed/`), so that a later pass
-    /// delivers them again. Returns how many could not be taken back (left as they are, with
+    /// each claimed file goes back where it was (no-clobber), each ack is removed with its
+    /// marker, and the directories are synced (the sources first, then the slots), so that a
+    /// later pass delivers them again; a redelivery stays in its slot. Returns how many could not be taken back (left as they are, with
     /// a warning: claimed, recorded in `processed/`, not delivered).
     pub(super) fn undo(&self, deliveries: Vec<Delivery>) -> Result<usize> {
         let mut stuck = 0;
         let mut dirs: Vec<PathBuf> = Vec::new();
-        let mut note = |d: &Path| {
-            if !dirs.iter().any(|x| x == d) {
-                dirs.push(d.to_path_buf());
+        let mut slots: Vec<PathBuf> = Vec::new();
+        let note = |list: &mut Vec<PathBuf>, p: &Path| {
+            if let Some(d) = p.parent()
+                && !list.iter().any(|x| x == d)
+            {
+                list.push(d.to_path_buf());
             }
         };
         for d in deliveries {
@@ -199,33 +221,37 @@ impl Mailbox {
                 Undo::Claim(src) => {
                     let back = self.io.rename_noreplace(&d.signal.path, src)?;
                     if back == crate::io::Renamed::Done {
-                        src.parent().map(&mut note);
+                        note(&mut dirs, src);
+                        note(&mut slots, &d.signal.path);
                     }
                     back == crate::io::Renamed::Done
                 }
-                Undo::Ack(ack) => {
+                Undo::Ack { ack, marker } => {
                     let removed = self.io.remove(ack)?;
-                    ack.parent().map(&mut note);
+                    note(&mut dirs, ack);
+                    self.io.remove(marker)?;
+                    note(&mut slots, marker);
                     removed
                 }
+                Undo::Keep => true,
             };
             if !done {
                 stuck += 1;
                 tracing::warn!(file = %d.signal.path.display(), "cannot take back a delivery that was not handed over");
             }
         }
-        dirs.push(self.layout.processed.clone());
-        for dir in &dirs {
+        for dir in dirs.iter().chain(&slots) {
             self.io.sync_dir(dir)?;
         }
         Ok(stuck)
     }
 
-    /// Claims `dir/name` for delivery to `agent`, in `batch` (durable at its commit). `None`
-    /// when another consumer won, or when the file turned out invalid (then it is quarantined
-    /// and recorded in `pass`).
+    /// Claims `dir/name` for delivery to `agent` into the handle's `slot`, in `batch`
+    /// (durable at its commit). `None` when another consumer won, or when the file turned out
+    /// invalid (then it is quarantined and recorded in `pass`).
     pub(super) fn claim(
         &self,
+        slot: &Path,
         dir: &Path,
         name: &OsStr,
         agent: &str,
@@ -233,14 +259,18 @@ impl Mailbox {
         batch: &mut Batch,
     ) -> Result<Option<Delivery>> {
         let extra = Handled::Delivered.fields(agent);
-        self.claim_into_processed(dir, name, agent, extra, pass, Some(batch))
+        debug_assert!(batch.dest.as_deref().is_none_or(|d| d == slot));
+        batch.dest = Some(slot.to_path_buf());
+        self.claim_into(slot, dir, name, agent, extra, pass, Some(batch))
     }
 
-    /// The claim: rename into `processed/` without replacing, append the handling record
-    /// `extra`, fsync `processed/`, then the source directory; with a `batch`, the fsyncs are
-    /// left to its commit.
-    pub(super) fn claim_into_processed(
+    /// The claim: rename into `dest_dir` (a slot, or `processed/` for an archive) without
+    /// replacing, append the handling record `extra`, fsync `dest_dir`, then the source
+    /// directory; with a `batch`, the fsyncs are left to its commit.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn claim_into(
         &self,
+        dest_dir: &Path,
         dir: &Path,
         name: &OsStr,
         agent: &str,
@@ -249,13 +279,12 @@ impl Mailbox {
         mut batch: Option<&mut Batch>,
     ) -> Result<Option<Delivery>> {
         let src = dir.join(name);
-        let processed = &self.layout.processed;
-        let found = atomic::with_fresh_names(processed, name, |attempt, dest| {
+        let found = atomic::with_fresh_names(dest_dir, name, |attempt, dest| {
             let (claimed, pending) = match batch.as_deref_mut() {
                 Some(b) => {
                     // Every descriptor the commit needs, before the claim: running out of
                     // descriptors then stops the pass before this claim, not after it.
-                    for d in [processed.as_path(), self.layout.inputs.as_path(), dir] {
+                    for d in [dest_dir, self.layout.inputs.as_path(), dir] {
                         b.open_dir(&self.io, d)?;
                     }
                     let annotate = || self.annotate(&dest, name, &extra, agent, Some(&mut b.files));
@@ -290,8 +319,10 @@ impl Mailbox {
                     if let Some(b) = batch.as_deref_mut() {
                         self.commit(b)?;
                     }
-                    if attempt > 0 {
-                        return Ok(None); // a `.dup-` name taken too: try another
+                    if attempt > 0 || dest_dir != self.layout.processed {
+                        // A `.dup-` name taken too, or a name in the slot still in use by an
+                        // earlier claim: try another.
+                        return Ok(None);
                     }
                     match self.finish_interrupted(dir, &src, &dest, name, &extra, agent)? {
                         // Synced when made: durable at once.
@@ -305,6 +336,7 @@ impl Mailbox {
                     // The handling metadata just appended, in the delivered record too.
                     signal.fields.extend(extra.clone());
                     Some(Delivery {
+                        held: Held::Claim(signal.path.clone()),
                         signal,
                         pending,
                         undo: Undo::Claim(src.clone()),
@@ -321,7 +353,7 @@ impl Mailbox {
             Error::new(
                 ErrorKind::Io,
                 Some(&src),
-                "cannot find a free name in processed/",
+                "cannot find a free name to claim it into",
             )
         })
     }
@@ -401,7 +433,12 @@ impl Mailbox {
     ) -> Result<Recorded> {
         // One read-write descriptor reads the file and then appends the record; a file that
         // cannot be opened for writing is read without one (and left unannotated below).
-        let (read, file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
+        let (mut read, mut file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
+        if let ReadOutcome::HardLinked(2) = read
+            && self.drop_processed_twin(dest, name)?
+        {
+            (read, file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
+        }
         let reason = match read {
             ReadOutcome::Gone => return Ok(Recorded::Gone),
             ReadOutcome::Bytes(bytes, _) => {
@@ -457,6 +494,27 @@ impl Mailbox {
             Some(rej) => Recorded::Rejected(rej),
             None => Recorded::Gone,
         })
+    }
+
+    /// A claimed file with two links whose other link is `processed/<name>`: a claim straight
+    /// into `processed/` (an earlier version's, or one made by link and unlink) that a crash
+    /// interrupted before it removed the source, so before any hand-over. The `processed/`
+    /// link goes, durably (were it to come back, the claim would count as acknowledged), and
+    /// the claim proceeds. True when it went.
+    fn drop_processed_twin(&self, claimed: &Path, name: &OsStr) -> Result<bool> {
+        let twin = self.layout.processed.join(name);
+        if claimed.parent() == Some(self.layout.processed.as_path()) {
+            return Ok(false);
+        }
+        let same = match (self.io.stamp(claimed)?, self.io.stamp(&twin)?) {
+            (Some(a), Some(b)) => (a.dev, a.ino) == (b.dev, b.ino) && b.kind == EntryKind::File,
+            _ => false,
+        };
+        if same && self.io.remove(&twin)? {
+            self.io.sync_dir(&self.layout.processed)?;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// Moves a signal for absent agent `agent` into `buffered/<agent>/` (spec §9.3).

@@ -90,6 +90,20 @@ impl Mailbox {
                 }
             }
         }
+        for e in self.io.list(&self.layout.claimed, true)? {
+            let Some(agent) = e.name.to_str().filter(|a| crate::signal::valid_agent(a)) else {
+                continue;
+            };
+            for (slot, count) in self.stranded(agent)? {
+                out.push(Problem {
+                    path: slot,
+                    kind: ProblemKind::InFlight {
+                        agent: agent.to_string(),
+                        count,
+                    },
+                });
+            }
+        }
         Ok(out)
     }
 

@@ -5,8 +5,9 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// The directories of a mailbox root, in the order `init` creates them.
-pub const LAYOUT: [&str; 7] = [
+pub const LAYOUT: [&str; 8] = [
     "inputs",
+    "claimed",
     "processed",
     "acks",
     "buffered",
@@ -25,6 +26,8 @@ pub(crate) struct Layout {
     pub(crate) root: PathBuf,
     /// `inputs/`: pending signals, the drop zone.
     pub(crate) inputs: PathBuf,
+    /// `claimed/<agent>/<slot>/`: claims in flight, not yet handed over.
+    pub(crate) claimed: PathBuf,
     /// `processed/`: claimed signals with their handling records.
     pub(crate) processed: PathBuf,
     /// `acks/<id>/<agent>.ack`: broadcast acknowledgements.
@@ -42,11 +45,20 @@ pub(crate) struct Layout {
 impl Layout {
     /// The layout of the mailbox at `root`.
     pub(crate) fn new(root: &Path) -> Layout {
-        let [inputs, processed, acks, buffered, rejected, tmp, agents] =
-            LAYOUT.map(|d| root.join(d));
+        let [
+            inputs,
+            claimed,
+            processed,
+            acks,
+            buffered,
+            rejected,
+            tmp,
+            agents,
+        ] = LAYOUT.map(|d| root.join(d));
         Layout {
             root: root.to_path_buf(),
             inputs,
+            claimed,
             processed,
             acks,
             buffered,
@@ -59,6 +71,28 @@ impl Layout {
     /// An agent's durable buffer, `buffered/<agent>/`.
     pub(crate) fn buffer_dir(&self, agent: &str) -> PathBuf {
         self.buffered.join(agent)
+    }
+
+    /// An agent's in-flight slots, `claimed/<agent>/`.
+    pub(crate) fn claim_dir(&self, agent: &str) -> PathBuf {
+        self.claimed.join(agent)
+    }
+
+    /// The marker of a broadcast in flight in a slot: `<16 hex>.broadcast`, a name no signal
+    /// file has (§2.2), from a hash of the broadcast's file name (the marker holds the name).
+    pub(crate) fn marker_name(broadcast: &OsStr) -> String {
+        // FNV-1a, 64 bits: stable across versions and platforms, unlike std's hasher.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in broadcast.as_encoded_bytes() {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}{MARKER_SUFFIX}")
+    }
+
+    /// True for a broadcast marker's name in a slot.
+    pub(crate) fn is_marker(name: &OsStr) -> bool {
+        name.to_str().is_some_and(|n| n.ends_with(MARKER_SUFFIX))
     }
 
     /// A broadcast's ack directory, `acks/<id>/`.
@@ -99,6 +133,7 @@ impl Layout {
 }
 
 const REASON_SUFFIX: &str = ".reason.json";
+const MARKER_SUFFIX: &str = ".broadcast";
 
 #[cfg(test)]
 mod tests {
@@ -109,6 +144,7 @@ mod tests {
         let l = Layout::new(Path::new("/r"));
         let all = [
             &l.inputs,
+            &l.claimed,
             &l.processed,
             &l.acks,
             &l.buffered,
@@ -122,6 +158,7 @@ mod tests {
         assert_eq!(l.buffer_dir("Planner"), Path::new("/r/buffered/Planner"));
         assert_eq!(l.lock_path("Planner"), Path::new("/r/agents/Planner.lock"));
         assert_eq!(l.ack_dir("x"), Path::new("/r/acks/x"));
+        assert_eq!(l.claim_dir("Planner"), Path::new("/r/claimed/Planner"));
     }
 
     #[test]
@@ -138,5 +175,17 @@ mod tests {
         assert_eq!(why, Path::new("/r/rejected/a.yaml.reason.json"));
         assert!(Layout::is_reason_file(why.file_name().unwrap()));
         assert!(!Layout::is_reason_file(OsStr::new("a.yaml")));
+    }
+
+    #[test]
+    fn broadcast_markers_are_never_signal_names() {
+        let m = Layout::marker_name(OsStr::new("2026-x-INFO-ALL-1.json"));
+        assert_eq!(m.len(), 16 + ".broadcast".len());
+        assert!(Layout::is_marker(OsStr::new(&m)));
+        assert_ne!(m, Layout::marker_name(OsStr::new("2026-x-INFO-ALL-2.json")));
+        assert!(matches!(
+            crate::name::classify(OsStr::new(&m)),
+            crate::name::NameKind::Stray
+        ));
     }
 }

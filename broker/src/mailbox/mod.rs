@@ -10,6 +10,7 @@
 //! | `route.rs` | the routing table, as a pure decision | §6 |
 //! | `pass.rs` | a checkpoint pass carrying out the decisions | §6, §9.2 |
 //! | `claim.rs` | claims, group commit, buffer moves, interrupted moves | §9.2, §9.3, §9.6 |
+//! | `inflight.rs` | claim slots, acknowledgement, redelivery | §9.2 |
 //! | `broadcast.rs` | acks, archive, finish | §9.4, §9.5 |
 //! | `presence.rs` | presence locks | §7 |
 //! | `quarantine.rs` | moving invalid files aside | §8 |
@@ -17,6 +18,7 @@
 
 mod broadcast;
 mod claim;
+mod inflight;
 mod inspect;
 mod layout;
 mod options;
@@ -27,7 +29,7 @@ mod report;
 mod route;
 mod scan;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -64,6 +66,8 @@ pub struct Mailbox {
     acked: Mutex<HashSet<(String, OsString)>>,
     /// Claims per group commit (`claim.rs`).
     group: usize,
+    /// What this handle has in flight, per agent (`inflight.rs`). Held for a whole pass.
+    flights: Mutex<HashMap<String, inflight::Flight>>,
 }
 
 impl std::fmt::Debug for Mailbox {
@@ -152,6 +156,7 @@ impl Mailbox {
             scans: Mutex::new(ScanCache::default()),
             acked: Mutex::new(HashSet::new()),
             group: claim::group_size(),
+            flights: Mutex::new(HashMap::new()),
         }
     }
 

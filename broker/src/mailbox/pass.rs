@@ -14,6 +14,7 @@ use std::time::SystemTime;
 
 use super::Mailbox;
 use super::claim::{Batch, Delivery};
+use super::inflight::{Flight, Orphan};
 use super::report::Pass;
 use super::route::{Action, Item, Source, Who, decide};
 use crate::error::{Error, Result};
@@ -30,6 +31,7 @@ pub struct PassControl<'a> {
     max: Option<usize>,
     stop: Option<&'a AtomicBool>,
     idle: Option<&'a AtomicBool>,
+    ack_later: bool,
 }
 
 impl<'a> PassControl<'a> {
@@ -59,6 +61,15 @@ impl<'a> PassControl<'a> {
         self
     }
 
+    /// Leaves what the hand-over accepts in flight, unacknowledged, until [`Mailbox::ack`]
+    /// or the next pass of the handle for the agent, instead of acknowledging each group as
+    /// soon as the hand-over accepts it: for a caller that acts on the signals after the pass
+    /// returns. Default: acknowledged at once.
+    pub fn ack_later(&mut self) -> &mut Self {
+        self.ack_later = true;
+        self
+    }
+
     /// True once the stop flag is set.
     pub fn stopped(&self) -> bool {
         self.stop.is_some_and(|f| f.load(Ordering::Acquire))
@@ -72,11 +83,12 @@ impl<'a> PassControl<'a> {
 /// Where a pass hands its durable deliveries, group by group.
 type HandOver<'h> = &'h mut dyn FnMut(&[Signal]) -> std::io::Result<()>;
 
-/// A pass's hand-over: the caller's function, and whether it has failed (after which nothing
-/// more is handed to it).
+/// A pass's hand-over: the caller's function, whether it has failed (after which nothing
+/// more is handed to it), and whether a group it took is acknowledged at once.
 struct Handing<'h> {
     to: HandOver<'h>,
     failed: bool,
+    ack: bool,
 }
 
 /// Holds a pass's idle flag cleared, and sets it again however the pass returns.
@@ -103,21 +115,35 @@ impl Mailbox {
     /// Runs one checkpoint pass for `agent` in `state` (see the routing table in
     /// `spec/mailbox.md`).
     ///
-    /// **Durability:** every delivered signal has been durably claimed (moved to `processed/`
-    /// with both directories fsynced) or durably acked before this returns: it is never
-    /// delivered to this agent again, also after a crash.
+    /// First it acknowledges what this handle's previous pass for `agent` delivered (as
+    /// [`Mailbox::ack`] does), and delivers again, marked ([`Signal::redelivery`]), what
+    /// consumers of `agent` that died left claimed and never handed over.
+    ///
+    /// **Durability:** every delivered signal has been durably claimed (moved into this
+    /// handle's slot in `claimed/` with both directories fsynced) or durably acked before this
+    /// returns: it is never delivered again unmarked, also after a crash. It stays in flight
+    /// until acknowledged ([`Mailbox::ack`] or the next pass of this handle): if the process
+    /// dies first, the agent's next pass delivers it again, marked.
     pub fn pass(&self, agent: &str, state: Option<&str>) -> Result<Pass> {
-        self.pass_with(agent, state, &PassControl::new(), &mut |_| Ok(()))
+        self.pass_with(
+            agent,
+            state,
+            PassControl::new().ack_later(),
+            &mut |_| Ok(()),
+        )
     }
 
     /// [`Mailbox::pass`], handing each group of deliveries to `hand_over` as soon as it is
-    /// durable, in FIFO order, and stopping early as `control` says. `Pass::delivered` holds
-    /// what `hand_over` accepted. When `hand_over` fails (a closed output), the pass claims
-    /// nothing more and reports the failure (as its error, or in `Pass::interrupted` after
-    /// earlier groups were handed over); the group it failed to take stays claimed.
+    /// durable, in FIFO order, and stopping early as `control` says. A group `hand_over`
+    /// accepts (returns `Ok`) is acknowledged at once, unless `control` says
+    /// [`PassControl::ack_later`]: returning `Ok` means the caller has it (say, printed and
+    /// flushed). `Pass::delivered` holds what `hand_over` accepted. When
+    /// `hand_over` fails (a closed output), the pass claims nothing more and reports the
+    /// failure (as its error, or in `Pass::interrupted` after earlier groups were handed
+    /// over); the group it failed to take is put back, pending again.
     ///
     /// **Durability:** as [`Mailbox::pass`]: every signal handed over is durably claimed or
-    /// acked first.
+    /// acked first, and `processed/` is fsynced after each group is accepted.
     pub fn pass_with(
         &self,
         agent: &str,
@@ -136,6 +162,13 @@ impl Mailbox {
             approval: is_orch
                 && state.is_some_and(|s| self.opts.approval_states.iter().any(|a| a == s)),
         };
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        let flight = flights.entry(agent.to_string()).or_default();
+        // The previous pass's deliveries were handed over: acknowledge them. Then take over
+        // what dead consumers of this agent left in flight; this also resolves claims a
+        // crash interrupted halfway, before the scan could count their two links.
+        self.ack_handed(flight)?;
+        let orphans = self.orphans(agent, flight)?;
         let now = SystemTime::now();
         // A subagent only ever acts on its own, broadcast, and (none) files: skip the rest by
         // name. APPROVE/SKIP are never for a subagent.
@@ -187,13 +220,22 @@ impl Mailbox {
         let mut handing = Handing {
             to: hand_over,
             failed: false,
+            ack: !control.ack_later,
         };
-        let routed = self.route(&items, &who, control, &mut pass, &mut batch, &mut handing);
+        let mut run = Run {
+            who: &who,
+            control,
+            pass: &mut pass,
+            batch: &mut batch,
+            handing: &mut handing,
+            flight,
+        };
+        let routed = self.route(&orphans, &items, &mut run);
         // Hand over what is durable: every delivery when all went well; after an error, the
         // deliveries that were made durable (the claims still pending are committed first,
         // when possible).
-        let committed = self.commit(&mut batch);
-        let handed = self.hand_over(&mut batch, &mut pass, &mut handing);
+        let committed = self.commit(run.batch);
+        let handed = self.hand_over(&mut run);
         if let Err(e) = routed.and(committed).and(handed) {
             if pass.delivered.is_empty() {
                 return Err(e);
@@ -210,67 +252,74 @@ impl Mailbox {
         Ok(pass)
     }
 
-    /// Hands the batch's durable deliveries over, unless an earlier hand-over failed.
-    fn hand_over(
-        &self,
-        batch: &mut Batch,
-        pass: &mut Pass,
-        handing: &mut Handing<'_>,
-    ) -> Result<()> {
-        let ready = batch.take_durable();
+    /// Hands the batch's durable deliveries over, unless an earlier hand-over failed; what
+    /// the caller takes is held for its acknowledgement (at once, with `pass_with`).
+    fn hand_over(&self, run: &mut Run<'_, '_>) -> Result<()> {
+        let ready = run.batch.take_durable();
         if ready.is_empty() {
             return Ok(());
         }
-        if handing.failed {
+        if run.handing.failed {
             // Nothing more goes to a caller that could not take the last group.
             self.undo(ready)?;
             return Ok(());
         }
         let signals: Vec<Signal> = ready.iter().map(|d| d.signal.clone()).collect();
-        if let Err(e) = (handing.to)(&signals) {
-            handing.failed = true;
+        if let Err(e) = (run.handing.to)(&signals) {
+            run.handing.failed = true;
             // Claimed but not handed over: put back for a later pass, never stranded.
             let stuck = self.undo(ready)?;
             let reason = match stuck {
                 0 => "cannot hand the claimed signals over; they are pending again".to_string(),
                 n => format!(
                     "cannot hand the claimed signals over; {n} of them could not be put back \
-                     and stay in processed/"
+                     and stay in flight"
                 ),
             };
             return Err(Error::io(&self.layout.root, &reason, e));
         }
-        pass.delivered.extend(signals);
+        run.flight.handed.extend(ready.into_iter().map(|d| d.held));
+        run.pass.delivered.extend(signals);
+        if run.handing.ack {
+            self.ack_handed(run.flight)?;
+        }
         Ok(())
     }
 
     /// Commits the batch and hands its deliveries over.
-    fn commit_and_hand_over(
-        &self,
-        batch: &mut Batch,
-        pass: &mut Pass,
-        handing: &mut Handing<'_>,
-    ) -> Result<()> {
-        self.commit(batch)?;
-        self.hand_over(batch, pass, handing)
+    fn commit_and_hand_over(&self, run: &mut Run<'_, '_>) -> Result<()> {
+        self.commit(run.batch)?;
+        self.hand_over(run)
     }
 
-    /// Carries out the routing table for every item in FIFO order.
-    fn route(
-        &self,
-        items: &[Item],
-        who: &Who<'_>,
-        control: &PassControl<'_>,
-        pass: &mut Pass,
-        batch: &mut Batch,
-        handing: &mut Handing<'_>,
-    ) -> Result<()> {
-        let agent = who.agent;
+    /// Delivers again what dead consumers left (oldest first), then carries out the routing
+    /// table for every item in FIFO order.
+    fn route(&self, orphans: &[Orphan], items: &[Item], run: &mut Run<'_, '_>) -> Result<()> {
+        let agent = run.who.agent;
+        for o in orphans {
+            if run
+                .control
+                .should_stop(run.pass.delivered.len() + run.batch.len())
+            {
+                return self.commit_and_hand_over(run);
+            }
+            if let Some(d) = self.redeliver(o, agent, run.pass)? {
+                let stop = d.signal.signal_type.stops_pass();
+                run.batch.push(d);
+                if stop {
+                    run.pass.stopped = true;
+                    return self.commit_and_hand_over(run);
+                }
+            }
+        }
         let own = self.layout.buffer_dir(agent);
         let mut presence: HashMap<String, bool> = HashMap::new();
         let mut broadcasts: Vec<&Item> = Vec::new();
         for item in items {
-            if control.should_stop(pass.delivered.len() + batch.len()) {
+            if run
+                .control
+                .should_stop(run.pass.delivered.len() + run.batch.len())
+            {
                 break;
             }
             let dir = match item.source {
@@ -282,49 +331,63 @@ impl Mailbox {
                     .entry(x.to_string())
                     .or_insert_with(|| self.is_present(x))
             };
-            let delivery = match decide(item, who, present) {
+            let delivery = match decide(item, run.who, present) {
                 Action::Leave => None,
                 // Claims join the batch: durable when it commits.
-                Action::Claim => self.claim(dir, &item.name, agent, pass, batch)?,
+                Action::Claim => {
+                    let slot = self.own_slot(agent, run.flight)?;
+                    self.claim(&slot, dir, &item.name, agent, run.pass, run.batch)?
+                }
                 Action::Ack => {
-                    if who.is_orch {
+                    if run.who.is_orch {
                         broadcasts.push(item);
                     }
                     // It may quarantine from inputs/ (an fsync of inputs/): commit first. An
                     // ack is durable as soon as it is written.
-                    self.commit_and_hand_over(batch, pass, handing)?;
-                    self.ack_once(&item.name, agent, pass)?
-                        .map(|(signal, ack)| Delivery::acked(signal, ack))
+                    self.commit_and_hand_over(run)?;
+                    let slot = self.own_slot(agent, run.flight)?;
+                    self.ack_once(&slot, &item.name, agent, run.pass)?
+                        .map(|(signal, ack, marker)| Delivery::acked(signal, ack, marker))
                 }
                 Action::Buffer(x) => {
                     // The move into a buffer fsyncs inputs/: commit first, or the pending
                     // claims' removal from inputs/ could become durable before their arrival
-                    // in processed/ (lost in a crash).
-                    self.commit_and_hand_over(batch, pass, handing)?;
-                    self.buffer(&item.name, x, pass)?;
+                    // in their slot (lost in a crash).
+                    self.commit_and_hand_over(run)?;
+                    self.buffer(&item.name, x, run.pass)?;
                     None
                 }
             };
             if let Some(d) = delivery {
                 let stop = d.signal.signal_type.stops_pass();
-                batch.push(d);
+                run.batch.push(d);
                 if stop {
-                    pass.stopped = true;
+                    run.pass.stopped = true;
                     break;
                 }
             }
-            if batch.is_full() {
-                self.commit_and_hand_over(batch, pass, handing)?;
+            if run.batch.is_full() {
+                self.commit_and_hand_over(run)?;
             }
         }
         // Archiving fsyncs processed/ and inputs/: commit first, so that a claim is never made
         // durable by another operation's fsyncs and then dropped when the commit fails.
-        self.commit_and_hand_over(batch, pass, handing)?;
+        self.commit_and_hand_over(run)?;
         for item in broadcasts {
             if let Some(id) = self.archive_if_acked(&item.name, agent)? {
-                pass.archived.push(id);
+                run.pass.archived.push(id);
             }
         }
         Ok(())
     }
+}
+
+/// The state of one pass that its steps share.
+struct Run<'r, 'h> {
+    who: &'r Who<'r>,
+    control: &'r PassControl<'r>,
+    pass: &'r mut Pass,
+    batch: &'r mut Batch,
+    handing: &'r mut Handing<'h>,
+    flight: &'r mut Flight,
 }

@@ -77,7 +77,7 @@ pub struct Problem {
     pub kind: ProblemKind,
 }
 
-/// Why a file in `inputs/` is not deliverable.
+/// Why a file in `inputs/` (or a claim slot) is not deliverable now.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProblemKind {
@@ -93,6 +93,15 @@ pub enum ProblemKind {
         /// Why.
         reason: String,
     },
+    /// A claim slot that no live handle holds with signals in it: a consumer of `agent` died
+    /// before handing them over; the agent's next pass delivers them again, marked (spec
+    /// §9.2). The path is the slot.
+    InFlight {
+        /// The agent they were claimed for.
+        agent: String,
+        /// How many.
+        count: usize,
+    },
 }
 
 impl Problem {
@@ -103,6 +112,10 @@ impl Problem {
                 format!("changed less than {window:?} ago: waiting for the writer to finish")
             }
             ProblemKind::Invalid { reason } => reason.clone(),
+            ProblemKind::InFlight { agent, count } => format!(
+                "{count} signal(s) claimed by a consumer of {agent} that stopped before handing \
+                 them over: {agent}'s next pass delivers them again, marked as redeliveries"
+            ),
         }
     }
 }

@@ -36,6 +36,14 @@ pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
     File::open(path)
 }
 
+/// Opens a directory; a symlink is refused after the fact (no `O_NOFOLLOW` here).
+pub(crate) fn open_dir_nofollow(path: &Path) -> io::Result<File> {
+    if std::fs::symlink_metadata(path)?.file_type().is_symlink() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a symlink"));
+    }
+    File::open(path)
+}
+
 pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
     let ns = |t: io::Result<std::time::SystemTime>| {
         t.ok()

@@ -144,6 +144,16 @@ pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// Opens a directory without following a final symlink (`ELOOP` / `ENOTDIR` then).
+pub(crate) fn open_dir_nofollow(path: &Path) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
 /// A file's [`Stamp`] from its metadata.
 pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
     use std::os::unix::fs::MetadataExt;

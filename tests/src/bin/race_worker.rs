@@ -52,9 +52,15 @@ fn main() {
                 let pass = mb.pass(agent, None).expect("pass");
                 assert!(pass.interrupted.is_none());
                 for s in &pass.delivered {
+                    // A redelivery (its first consumer died before acknowledging it) says so.
+                    if s.redelivery() > 0 {
+                        write!(out, "AGAIN {} ", s.redelivery()).unwrap();
+                    }
                     writeln!(out, "{} {}", s.id, s.message.as_deref().unwrap_or("")).unwrap();
                 }
                 out.flush().unwrap();
+                // Printed and flushed: handed over.
+                mb.ack(agent).expect("ack");
                 if pass.delivered.is_empty() {
                     if finished {
                         break;

@@ -62,7 +62,9 @@ pub(crate) fn target_json(t: &Target) -> Value {
 }
 
 /// The JSON form of a delivered signal: `id`, `type` (upper case; STOP as ABORT), `target`,
-/// `message`, `created_at`, `from`, `iteration`, `path`, and `fields` (the whole body).
+/// `message`, `created_at`, `from`, `iteration`, `redelivery` (0, or how many times it was
+/// delivered again after a consumer died before handing it over), `path` (where the file was
+/// when it was handed over), and `fields` (the whole body).
 pub(crate) fn signal_json(s: &Signal) -> Value {
     json!({
         "id": s.id,
@@ -72,14 +74,19 @@ pub(crate) fn signal_json(s: &Signal) -> Value {
         "created_at": s.created_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
         "from": s.from,
         "iteration": s.iteration,
+        "redelivery": s.redelivery(),
         "path": path_json(&s.path),
         "fields": Value::Object(s.fields.clone()),
     })
 }
 
 pub(crate) fn signal_human(s: &Signal) -> String {
+    let again = match s.redelivery() {
+        0 => String::new(),
+        n => format!("  (delivered again: {n})"),
+    };
     format!(
-        "{:<7} {:<12} {}  {}",
+        "{:<7} {:<12} {}  {}{again}",
         s.signal_type.as_str(),
         s.target.to_string(),
         s.id,

@@ -86,6 +86,8 @@ pub(crate) fn run(out: &mut Out) -> anyhow::Result<ExitCode> {
         if pass.delivered.is_empty() && pass.buffered.is_empty() {
             say(out, "  (nothing)".into())?;
         }
+        // Shown: handed over.
+        mb.ack(agent)?;
     }
     drop(executor_present);
     let left = mb.pending()?.len();

@@ -1,0 +1,499 @@
+//! Claims in flight (spec/mailbox.md §9.2): a delivery is claimed into a slot that the
+//! claiming handle holds, `claimed/<Agent>/<n>/`, and moves on into `processed/` once it has
+//! been handed over (the acknowledgement). A handle holds its slot with an exclusive `flock`
+//! on the slot directory for as long as it lives; the kernel drops the lock when the process
+//! dies. A slot nobody holds with signals in it therefore belongs to a consumer that died
+//! before handing them over: the agent's next pass takes the slot over and delivers them
+//! again, under the same ids, marked as redeliveries with a count.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::claim::{Delivery, Undo};
+use super::layout::Layout;
+use super::report::Pass;
+use super::{Mailbox, lossy};
+use crate::atomic::{self, Clobber};
+use crate::body::{self, Handled};
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::{ReadOutcome, Renamed};
+use crate::name;
+use crate::signal::Signal;
+use crate::sys::EntryKind;
+
+/// A marker is a few hundred bytes; anything larger was not written by sigbox.
+const MARKER_CAP: u64 = 64 * 1024;
+
+/// A slot this handle holds: the directory, and the locked descriptor that holds it.
+pub(super) struct Slot {
+    dir: PathBuf,
+    _lock: File,
+}
+
+/// What one handle has in flight for one agent.
+#[derive(Default)]
+pub(super) struct Flight {
+    /// The slot new claims go to, taken at the first claim.
+    own: Option<Slot>,
+    /// Slots taken over from dead consumers, held until what they hold is handed over.
+    adopted: Vec<Slot>,
+    /// Handed over and not yet acknowledged: [`Mailbox::pass`] returns deliveries in this
+    /// state; the next pass of the handle, or [`Mailbox::ack`], acknowledges them.
+    pub(super) handed: Vec<Held>,
+}
+
+impl Flight {
+    fn holds(&self, dir: &Path) -> bool {
+        self.own.iter().chain(&self.adopted).any(|s| s.dir == dir)
+    }
+}
+
+/// Where a delivery sits until it is acknowledged.
+#[derive(Clone, Debug)]
+pub(super) enum Held {
+    /// A claimed file in a slot: acknowledged by its move into `processed/`.
+    Claim(PathBuf),
+    /// A broadcast's marker in a slot (its ack is written): acknowledged by its removal.
+    Marker(PathBuf),
+}
+
+/// A signal in a slot this handle holds that was never handed over.
+pub(super) struct Orphan {
+    dir: PathBuf,
+    name: OsString,
+}
+
+/// The slot numbers under `claimed/<Agent>/`: directories with decimal names.
+fn slot_number(name: &OsStr) -> Option<u32> {
+    let s = name.to_str()?;
+    if s.is_empty() || s.len() > 9 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// True for a file name that is one path component: a marker names a file in `inputs/` or
+/// `processed/`, never a path elsewhere.
+fn is_plain_name(file: &str) -> bool {
+    !file.is_empty() && file != "." && file != ".." && !file.contains(['/', '\\', '\0'])
+}
+
+impl Mailbox {
+    /// The slot `agent`'s new claims go to: taken at the first claim of this handle, the
+    /// lowest-numbered slot nobody holds, or a new one. `claimed/` and `claimed/<agent>/`
+    /// are made (durably) when missing.
+    pub(super) fn own_slot(&self, agent: &str, flight: &mut Flight) -> Result<PathBuf> {
+        if let Some(s) = &flight.own {
+            return Ok(s.dir.clone());
+        }
+        let base = self.layout.claim_dir(agent);
+        self.io.create_dir_durable(&self.layout.claimed)?;
+        self.io.create_dir_durable(&base)?;
+        for _ in 0..64 {
+            let mut numbers: Vec<u32> = self
+                .io
+                .list(&base, false)?
+                .into_iter()
+                .filter(|e| e.kind == EntryKind::Dir)
+                .filter_map(|e| slot_number(&e.name))
+                .collect();
+            numbers.sort_unstable();
+            for n in &numbers {
+                let dir = base.join(n.to_string());
+                if flight.holds(&dir) {
+                    continue;
+                }
+                if let Some(lock) = self.io.lock_dir(&dir)? {
+                    flight.own = Some(Slot {
+                        dir: dir.clone(),
+                        _lock: lock,
+                    });
+                    return Ok(dir);
+                }
+            }
+            let next = numbers.last().map_or(0, |n| n + 1);
+            let dir = base.join(next.to_string());
+            // A race for the same number: the loser lists again.
+            if self.io.create_dir_durable(&dir)?
+                && let Some(lock) = self.io.lock_dir(&dir)?
+            {
+                flight.own = Some(Slot {
+                    dir: dir.clone(),
+                    _lock: lock,
+                });
+                return Ok(dir);
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Io,
+            Some(&base),
+            "cannot take a claim slot: every attempt lost a race to another handle",
+        ))
+    }
+
+    /// Takes over every slot of `agent` that no live handle holds and that has signals in it,
+    /// and lists what the slots this handle holds contain that was never handed over, oldest
+    /// first: the redeliveries. A signal whose claim or acknowledgement a crash interrupted
+    /// halfway (the same signal is still in `inputs/` or the buffer, or already in
+    /// `processed/`) is resolved here instead: its slot link is removed.
+    pub(super) fn orphans(&self, agent: &str, flight: &mut Flight) -> Result<Vec<Orphan>> {
+        let base = self.layout.claim_dir(agent);
+        let mut out = Vec::new();
+        for e in self.io.list(&base, true)? {
+            if e.kind != EntryKind::Dir || slot_number(&e.name).is_none() {
+                continue;
+            }
+            let dir = base.join(&e.name);
+            let lock = if flight.holds(&dir) {
+                None
+            } else {
+                match self.io.lock_dir(&dir)? {
+                    Some(lock) => Some(lock),
+                    None => continue, // a live handle holds it
+                }
+            };
+            let mut found = Vec::new();
+            for f in self.io.list(&dir, true)? {
+                if name::classify(&f.name) == name::NameKind::InProgress {
+                    continue; // a marker's rewrite in progress
+                }
+                if !Layout::is_marker(&f.name) && self.resolve_twin(agent, &dir, &f.name)? {
+                    continue;
+                }
+                let at = self.io.stamp(&dir.join(&f.name))?.map_or(0, |s| s.mtime_ns);
+                found.push((at, f.name));
+            }
+            if found.is_empty() {
+                continue; // an empty slot nobody holds: released again at once
+            }
+            if let Some(lock) = lock {
+                tracing::info!(slot = %dir.display(), signals = found.len(), "taking over the claims of a consumer that died");
+                flight.adopted.push(Slot {
+                    dir: dir.clone(),
+                    _lock: lock,
+                });
+            }
+            out.extend(found.into_iter().map(|(at, name)| {
+                (
+                    at,
+                    Orphan {
+                        dir: dir.clone(),
+                        name,
+                    },
+                )
+            }));
+        }
+        let mut out: Vec<(i128, Orphan)> = out;
+        out.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+        Ok(out.into_iter().map(|(_, o)| o).collect())
+    }
+
+    /// True (and the slot link removed) when `dir/name` is half of an interrupted move: the
+    /// same signal is still at the claim's source (its removal never became durable, so it was
+    /// never handed over: the source is delivered as usual), or already in `processed/` (its
+    /// acknowledgement was made).
+    fn resolve_twin(&self, agent: &str, dir: &Path, name: &OsStr) -> Result<bool> {
+        let path = dir.join(name);
+        for other in [
+            &self.layout.inputs,
+            &self.layout.buffer_dir(agent),
+            &self.layout.processed,
+        ] {
+            let twin = other.join(name);
+            if self.io.stamp(&twin)?.is_none() {
+                continue;
+            }
+            let same_file = match (self.io.stamp(&path)?, self.io.stamp(&twin)?) {
+                (Some(a), Some(b)) => (a.dev, a.ino) == (b.dev, b.ino),
+                _ => false,
+            };
+            if same_file || self.same_signal(&path, &twin)? {
+                self.io.remove(&path)?;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Delivers an orphan again: a claimed file gets a handling block with its redelivery
+    /// count (fdatasynced before the hand-over, so that the count survives a power loss);
+    /// a broadcast marker is rewritten with its count. `None` when there is nothing to
+    /// deliver (the file was invalid and is quarantined, or the broadcast was never acked).
+    pub(super) fn redeliver(
+        &self,
+        o: &Orphan,
+        agent: &str,
+        pass: &mut Pass,
+    ) -> Result<Option<Delivery>> {
+        let path = o.dir.join(&o.name);
+        if Layout::is_marker(&o.name) {
+            return self.redeliver_broadcast(&path, agent);
+        }
+        let (read, file) = self.io.read_claimed(&path, self.opts.max_file_size)?;
+        let fname = lossy(&o.name);
+        let reason = match read {
+            ReadOutcome::Gone => return Ok(None),
+            ReadOutcome::Bytes(bytes, _) => match body::read_signal(&bytes, &fname, &path) {
+                Ok(mut sig) => {
+                    let count = body::redeliveries(&bytes, &fname).saturating_add(1);
+                    let extra = Handled::Redelivered(count).fields(agent);
+                    let tail = body::handling_tail(&bytes, name::format_of(&fname), &extra);
+                    match file {
+                        Some(f) => {
+                            self.io.append_to(&f, &path, &tail)?;
+                            self.io.sync_data(&f, &path)?;
+                        }
+                        None => {
+                            tracing::warn!(file = %path.display(), "cannot record the redelivery count in the file (not writable)")
+                        }
+                    }
+                    sig.fields.extend(extra);
+                    return Ok(Some(Delivery::redelivered(sig, Held::Claim(path))));
+                }
+                Err(reason) => reason,
+            },
+            other => other.rejection().unwrap_or_default(),
+        };
+        self.quarantine_into(pass, &o.dir, &o.name, &reason, agent)?;
+        Ok(None)
+    }
+
+    /// Delivers again a broadcast whose marker a dead consumer left: when its ack was
+    /// written, the consumer may have died before handing it over. When it was not, the
+    /// broadcast is still pending for the agent and the marker is dropped.
+    fn redeliver_broadcast(&self, marker: &Path, agent: &str) -> Result<Option<Delivery>> {
+        let parsed = match self.io.read_untrusted(marker, MARKER_CAP)? {
+            ReadOutcome::Bytes(bytes, _) => serde_json::from_slice::<Value>(&bytes).ok(),
+            ReadOutcome::Gone => return Ok(None),
+            _ => None,
+        };
+        let Some((file, count)) = parsed.as_ref().and_then(|v| {
+            Some((
+                v.get("name")?.as_str()?.to_string(),
+                v.get("redelivery").and_then(Value::as_u64).unwrap_or(0),
+            ))
+        }) else {
+            tracing::warn!(file = %marker.display(), "dropping an unreadable broadcast marker");
+            self.drop_marker(marker)?;
+            return Ok(None);
+        };
+        let id = name::signal_id(&file);
+        let acked = Layout::ack_names(agent)
+            .into_iter()
+            .map(|n| self.layout.ack_dir(id).join(n))
+            .map(|p| self.io.stamp(&p))
+            .collect::<Result<Vec<_>>>()?
+            .iter()
+            .any(Option::is_some);
+        if !acked || !is_plain_name(&file) {
+            self.drop_marker(marker)?;
+            return Ok(None);
+        }
+        let mut sig = None;
+        for dir in [&self.layout.inputs, &self.layout.processed] {
+            let p = dir.join(&file);
+            if let ReadOutcome::Bytes(bytes, _) =
+                self.io.read_untrusted(&p, self.opts.max_file_size)?
+                && let Ok(s) = body::read_signal(&bytes, &file, &p)
+            {
+                sig = Some(s);
+                break;
+            }
+        }
+        let Some(mut sig) = sig else {
+            tracing::warn!(broadcast = %file, "a broadcast to deliver again is gone; dropping its marker");
+            self.drop_marker(marker)?;
+            return Ok(None);
+        };
+        let count = u32::try_from(count).unwrap_or(u32::MAX).saturating_add(1);
+        self.write_marker(marker, &file, count)?;
+        sig.fields.extend(Handled::Redelivered(count).fields(agent));
+        Ok(Some(Delivery::redelivered(
+            sig,
+            Held::Marker(marker.to_path_buf()),
+        )))
+    }
+
+    /// Writes a broadcast's marker at `marker`, atomically and durably: the broadcast `file`
+    /// is in flight for the slot's handle, delivered `count` times again so far.
+    pub(super) fn write_marker(&self, marker: &Path, file: &str, count: u32) -> Result<()> {
+        let dir = marker.parent().unwrap_or(&self.layout.claimed);
+        let mut bytes = serde_json::to_vec(&json!({ "name": file, "redelivery": count }))
+            .expect("JSON serializes");
+        bytes.push(b'\n');
+        let stage = atomic::stage_name(dir, "marker");
+        atomic::write_atomic(&self.io, &stage, marker, &bytes, Clobber::Yes)?;
+        Ok(())
+    }
+
+    /// Removes a marker durably: were it to come back after a power loss, its broadcast
+    /// would be delivered again.
+    pub(super) fn drop_marker(&self, marker: &Path) -> Result<()> {
+        if self.io.remove(marker)?
+            && let Some(dir) = marker.parent()
+        {
+            self.io.sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Acknowledges everything handed over and not yet acknowledged: each claimed file moves
+    /// into `processed/` (no-clobber, a fresh `.dup-` name when the name is taken by another
+    /// signal), each marker is removed; then `processed/` is fsynced, and each slot that lost
+    /// a marker. Slots taken over from dead consumers are released once empty. Returns how
+    /// many deliveries were acknowledged.
+    pub(super) fn ack_handed(&self, flight: &mut Flight) -> Result<usize> {
+        if flight.handed.is_empty() {
+            return Ok(0);
+        }
+        let mut moved = false;
+        let mut slots: Vec<PathBuf> = Vec::new();
+        let mut done = 0;
+        let result = flight.handed.iter().try_for_each(|h| {
+            match h {
+                Held::Claim(path) => {
+                    self.settle_claim(path)?;
+                    moved = true;
+                }
+                Held::Marker(path) => {
+                    self.io.remove(path)?;
+                    if let Some(d) = path.parent()
+                        && !slots.iter().any(|s| s == d)
+                    {
+                        slots.push(d.to_path_buf());
+                    }
+                }
+            }
+            done += 1;
+            Ok::<(), Error>(())
+        });
+        flight.handed.drain(..done);
+        if moved {
+            self.io.sync_dir(&self.layout.processed)?;
+        }
+        for d in &slots {
+            self.io.sync_dir(d)?;
+        }
+        result?;
+        if !flight.adopted.is_empty() {
+            let mut keep = Vec::new();
+            for s in flight.adopted.drain(..) {
+                let empty = self
+                    .io
+                    .list(&s.dir, true)?
+                    .iter()
+                    .all(|e| name::classify(&e.name) == name::NameKind::InProgress);
+                if !empty {
+                    keep.push(s);
+                }
+            }
+            flight.adopted = keep;
+        }
+        Ok(done)
+    }
+
+    /// Moves a handed-over claim from its slot into `processed/`.
+    fn settle_claim(&self, path: &Path) -> Result<()> {
+        let name = path.file_name().unwrap_or_default();
+        let processed = &self.layout.processed;
+        let placed = atomic::with_fresh_names(processed, name, |attempt, dest| {
+            Ok(match self.io.rename_noreplace(path, &dest)? {
+                Renamed::Done => Some(()),
+                Renamed::SourceGone => {
+                    tracing::warn!(file = %path.display(), "a claim in flight vanished before its acknowledgement");
+                    Some(())
+                }
+                Renamed::DestExists => {
+                    if attempt == 0 && self.same_signal(path, &dest)? {
+                        // Acknowledged before, and a crash kept the slot link.
+                        self.io.remove(path)?;
+                        Some(())
+                    } else {
+                        None
+                    }
+                }
+            })
+        })?;
+        placed.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                Some(path),
+                "cannot find a free name in processed/",
+            )
+        })
+    }
+
+    /// Acknowledges every delivery this handle made to `agent` and has not acknowledged yet:
+    /// they are handed over for good and never delivered again, also after a crash. The next
+    /// pass of this handle for `agent` does the same first; a handle dropped (or a process
+    /// that dies) without it leaves them to be delivered again, marked
+    /// ([`Signal::redelivery`]). Returns how many were acknowledged.
+    ///
+    /// **Durability:** `processed/` is fsynced before this returns.
+    pub fn ack(&self, agent: &str) -> Result<usize> {
+        self.check_agent(agent)?;
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        match flights.get_mut(agent) {
+            Some(f) => self.ack_handed(f),
+            None => Ok(0),
+        }
+    }
+
+    /// The slots of `agent` that no live handle holds, with how many signals each holds:
+    /// what the agent's next pass delivers again (`doctor`). Locks each slot for a moment.
+    pub(super) fn stranded(&self, agent: &str) -> Result<Vec<(PathBuf, usize)>> {
+        let base = self.layout.claim_dir(agent);
+        let mut out = Vec::new();
+        for e in self.io.list(&base, true)? {
+            if e.kind != EntryKind::Dir || slot_number(&e.name).is_none() {
+                continue;
+            }
+            let dir = base.join(&e.name);
+            if self.io.lock_dir(&dir)?.is_some() {
+                let n = self
+                    .io
+                    .list(&dir, true)?
+                    .iter()
+                    .filter(|e| name::classify(&e.name) != name::NameKind::InProgress)
+                    .count();
+                if n > 0 {
+                    out.push((dir, n));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Delivery {
+    /// A delivery made again from a slot this handle took over; nothing to take back when it
+    /// cannot be handed over (it stays in the slot, for the next pass).
+    fn redelivered(signal: Signal, held: Held) -> Delivery {
+        Delivery::durable(signal, Undo::Keep, held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_numbers_are_plain_decimal_names() {
+        assert_eq!(slot_number(OsStr::new("0")), Some(0));
+        assert_eq!(slot_number(OsStr::new("17")), Some(17));
+        for bad in ["", "-1", "1a", ".1", "1234567890", "x"] {
+            assert_eq!(slot_number(OsStr::new(bad)), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_marker_names_one_file_and_no_path() {
+        assert!(is_plain_name("2026-x-INFO-ALL-1.json"));
+        for bad in ["", ".", "..", "../inputs/x.json", "a/b.json", "/etc/passwd"] {
+            assert!(!is_plain_name(bad), "{bad}");
+        }
+    }
+}
