@@ -26,9 +26,15 @@
 //! let mut log = Vec::new();
 //! for step in 0..3 {
 //!     // ... do one atomic step of work ...
+//!     // What a poll returns stays in flight until acknowledged (the next poll or wait, or
+//!     // `ack`): were this process to die first, the next run would get it again, marked by
+//!     // `signal.redelivery() > 0`.
 //!     for signal in executor.poll()? {
 //!         match signal.signal_type {
-//!             SignalType::Abort => return Ok(()),
+//!             SignalType::Abort => {
+//!                 executor.ack()?;
+//!                 return Ok(());
+//!             }
 //!             SignalType::Pause => {
 //!                 // Finish the step, then block (without spinning) until RESUME, ABORT, or
 //!                 // a new STEER/INFO.
@@ -40,7 +46,9 @@
 //!     }
 //!     let _ = step;
 //! }
+//! executor.ack()?;
 //! assert_eq!(log, ["STEER", "RESUME"]);
+//! assert_eq!(mailbox.processed()?.len(), 3);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]

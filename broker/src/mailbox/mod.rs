@@ -244,7 +244,7 @@ impl Mailbox {
 
     /// Removes staging files older than `age` that crashed writers left, at most `limit` per
     /// call: everything in `tmp/`, and sigbox's own staging names (`.<pid>.<hex>.<hint>.tmp`)
-    /// in `inputs/`, `rejected/` and the ack directories. Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
+    /// in `inputs/`, `rejected/`, the ack directories and the claim slots. Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
     /// many inodes are freed (`spec/mailbox.md` §9.7): spread large clean-ups over time.
     pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
         let now = ns_of(SystemTime::now());
@@ -262,6 +262,18 @@ impl Mailbox {
         for e in self.io.list(&self.layout.acks, true)? {
             if e.kind == EntryKind::Dir {
                 dirs.push((self.layout.acks.join(&e.name), true));
+            }
+        }
+        // Claim slots: a marker's rewrite staged there by a process that died.
+        for agent in self.io.list(&self.layout.claimed, true)? {
+            if agent.kind != EntryKind::Dir {
+                continue;
+            }
+            let base = self.layout.claimed.join(&agent.name);
+            for slot in self.io.list(&base, true)? {
+                if slot.kind == EntryKind::Dir {
+                    dirs.push((base.join(&slot.name), true));
+                }
             }
         }
         let mut removed = 0;
