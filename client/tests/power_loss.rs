@@ -107,6 +107,38 @@ fn printed(text: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Unmounts (lazily) when dropped, so that a failed check never leaves a mount behind.
+struct Mounted(PathBuf);
+
+impl Mounted {
+    fn new(img: &Path, mnt: &Path) -> Mounted {
+        ok(
+            "mount",
+            &["-o", "loop", img.to_str().unwrap(), mnt.to_str().unwrap()],
+        );
+        Mounted(mnt.to_path_buf())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = run("umount", &["-l", self.0.to_str().unwrap()]);
+    }
+}
+
+/// Kills the loops' process groups when dropped.
+struct Loops(Vec<Child>);
+
+impl Drop for Loops {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            signal_group(c, rustix::process::Signal::KILL);
+            signal_group(c, rustix::process::Signal::CONT);
+            let _ = c.wait();
+        }
+    }
+}
+
 #[derive(Default, Debug)]
 struct Tally {
     losses: usize,
@@ -134,25 +166,22 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, tally: &mut Tally) {
     let mut args: Vec<&str> = fs.args.to_vec();
     args.push(img.to_str().unwrap());
     ok(fs.mkfs, &args);
-    ok(
-        "mount",
-        &["-o", "loop", img.to_str().unwrap(), mnt.to_str().unwrap()],
-    );
+    let live = Mounted::new(&img, &mnt);
     let root = mnt.join("signals");
     ok(BIN, &["--root", root.to_str().unwrap(), "init"]);
     let sent_log = host.join("sent.log");
     let got_log = host.join("got.log");
     let _ = std::fs::remove_file(&sent_log);
     let _ = std::fs::remove_file(&got_log);
-    let loops = vec![
+    let loops = Loops(vec![
         spawn_loop(&root, "send info m --target Executor", &sent_log),
         spawn_loop(&root, "send steer s --target Executor", &sent_log),
         spawn_loop(&root, "--json poll --as Executor", &got_log),
         spawn_loop(&root, "--json poll --as Executor --max 3", &got_log),
-    ];
+    ]);
     // Let them run, then the power fails: every process frozen, the device copied.
     std::thread::sleep(Duration::from_millis(300 + seed % 900));
-    for c in &loops {
+    for c in &loops.0 {
         signal_group(c, rustix::process::Signal::STOP);
     }
     std::thread::sleep(Duration::from_millis(20));
@@ -164,13 +193,8 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, tally: &mut Tally) {
             crash.to_str().unwrap(),
         ],
     );
-    for mut c in loops {
-        signal_group(&c, rustix::process::Signal::KILL);
-        signal_group(&c, rustix::process::Signal::CONT);
-        c.wait().unwrap();
-    }
-    std::thread::sleep(Duration::from_millis(50));
-    ok("umount", &[mnt.to_str().unwrap()]);
+    drop(loops);
+    drop(live);
     // The reboot: the boot-time check, then the mount (XFS and btrfs recover their logs there).
     if fs.mkfs == "mkfs.ext4" {
         let out = run("e2fsck", &["-p", crash.to_str().unwrap()]);
@@ -184,10 +208,7 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, tally: &mut Tally) {
         );
         tally.fsck_fixed += usize::from(code == 1);
     }
-    ok(
-        "mount",
-        &["-o", "loop", crash.to_str().unwrap(), mnt.to_str().unwrap()],
-    );
+    let rebooted = Mounted::new(&crash, &mnt);
     // Drain with live consumers.
     let mut after = String::new();
     for _ in 0..1000 {
@@ -223,7 +244,7 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, tally: &mut Tally) {
         .map(|e| e.file_name())
         .filter(|n| !n.to_string_lossy().starts_with('.'))
         .collect();
-    ok("umount", &[mnt.to_str().unwrap()]);
+    drop(rebooted);
     assert!(
         rejected.is_empty(),
         "{}: quarantined after the power loss (torn?): {rejected:?}",

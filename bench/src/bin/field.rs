@@ -575,27 +575,48 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
             }),
     );
 
-    // Claims: each side lists its inbox, moves and reads what it takes.
+    // Claims: each side lists its inbox, moves and reads what it takes. The floor does the
+    // syscalls sigbox's delivery contract needs (spec/mailbox.md §9.2), in the plainest order:
+    // rename into an in-flight directory and read; when durable, fdatasync each file, fsync
+    // the in-flight directory, then inputs/; hand over; rename into processed/ and fsync it.
     let floor_claim = |fl: &Path| -> usize {
+        let flight = fl.join("claimed");
+        fs::create_dir_all(&flight).unwrap();
         let names: Vec<PathBuf> = fs::read_dir(fl.join("inputs"))
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
+        let mut held = Vec::with_capacity(names.len());
         for src in &names {
-            let dst = fl.join("processed").join(src.file_name().unwrap());
+            let dst = flight.join(src.file_name().unwrap());
             fs::rename(src, &dst).unwrap();
             black_box(fs::read(&dst).unwrap());
+            held.push(dst);
+        }
+        if durable {
+            for f in &held {
+                File::open(f).unwrap().sync_data().unwrap();
+            }
+            File::open(&flight).unwrap().sync_all().unwrap();
+            File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
+        }
+        for f in &held {
+            fs::rename(f, fl.join("processed").join(f.file_name().unwrap())).unwrap();
         }
         if durable {
             File::open(fl.join("processed"))
                 .unwrap()
                 .sync_all()
                 .unwrap();
-            File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
         }
         names.len()
     };
-    let sb_claim = |mb: &Mailbox| mb.pass("Executor", None).unwrap().delivered.len();
+    // A delivery: the pass, then its acknowledgement.
+    let sb_claim = |mb: &Mailbox| {
+        let n = mb.pass("Executor", None).unwrap().delivered.len();
+        assert_eq!(mb.ack("Executor").unwrap(), n);
+        n
+    };
     let md_claim = |md: &maildir::Maildir| -> usize {
         let ids: Vec<String> = md.list_new().map(|e| e.unwrap().id().to_string()).collect();
         for id in &ids {
@@ -668,7 +689,7 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
             if durable { None } else { dq.map(|d| d.claim) },
         )
         .note(if durable {
-            "floor: list, rename, read, then fsync both dirs once per pass; sigbox also appends its handling record (+1 fdatasync each, in flight together with the fsync of processed/); maildir does not fsync; passes interleaved"
+            "floor: list, rename into flight, read, fdatasync each, fsync flight dir then inputs/, rename into processed/, fsync it (the syscalls of spec §9.2, in turn); sigbox: the same with the fdatasyncs and the slot's fsync in flight together, plus its handling record; maildir does not fsync; passes interleaved"
         } else {
             "floor: list, rename, read; sigbox also parses the signal and appends its handling record; passes interleaved"
         }),
@@ -689,14 +710,19 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
                 p
             },
             |src| {
+                let flight = fl.join("claimed");
+                let held = flight.join(src.file_name().unwrap());
+                fs::rename(&src, &held).unwrap();
+                black_box(fs::read(&held).unwrap());
+                File::open(&held).unwrap().sync_data().unwrap();
+                File::open(&flight).unwrap().sync_all().unwrap();
+                File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
                 let dst = fl.join("processed").join(src.file_name().unwrap());
-                fs::rename(&src, &dst).unwrap();
+                fs::rename(&held, &dst).unwrap();
                 File::open(fl.join("processed"))
                     .unwrap()
                     .sync_all()
                     .unwrap();
-                File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
-                black_box(fs::read(&dst).unwrap());
             },
         );
         let relaxed = MailboxOptions::new()
@@ -708,11 +734,12 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
             || relaxed.send(&to("Executor")).unwrap(),
             |_| {
                 assert_eq!(mbs[0].pass("Executor", None).unwrap().delivered.len(), 1);
+                assert_eq!(mbs[0].ack("Executor").unwrap(), 1);
             },
         );
         rows.push(
             Row::new("claim (durable), one signal per pass", Some(floor_one), Some(sb_one))
-                .note("floor: rename+fsync both dirs+read; sigbox: 3 fsyncs (the handling record's fdatasync, then both directories); maildir has no durable claim"),
+                .note("floor: rename into flight+read, fdatasync, fsync flight dir, fsync inputs/, rename into processed/, fsync it (4 syncs, spec §9.2); sigbox: the same plus its handling record; maildir has no durable claim"),
         );
     }
 }
