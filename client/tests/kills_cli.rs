@@ -21,6 +21,16 @@ fn spawn(root: &Path, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// A xorshift generator from `seed`: `next(n)` is below `n`. Seeded, so a run's moments repeat.
+fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
+
 fn finish(mut c: Child, kill: bool) -> (bool, bool, String) {
     let killed = kill && c.try_wait().unwrap().is_none() && c.kill().is_ok();
     let mut text = String::new();
@@ -42,13 +52,7 @@ fn killed_cli_senders_and_pollers_lose_and_duplicate_nothing() {
             .unwrap()
             .success()
     );
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut next = below(0x9E37_79B9_7F4A_7C15u64);
     let (mut sent, mut delivered) = (HashSet::new(), HashSet::new());
     let (mut kills, mut again) = (0, 0);
     // A signal printed a second time must say so: a consumer that keeps the ids it acted on
@@ -148,13 +152,7 @@ fn polls_killed_mid_pass_over_thousands_lose_nothing() {
             .message(format!("m{i}"));
         sent.insert(mb.send(&s).unwrap());
     }
-    let mut seed = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut next = below(0x2545_F491_4F6C_DD1Du64);
     let mut printed: HashSet<String> = HashSet::new();
     let (mut twice, mut marked, mut killed) = (0, 0, 0);
     let mut take = |text: &str, printed: &mut HashSet<String>| {
@@ -230,13 +228,7 @@ fn in_flight(root: &Path) -> usize {
 #[test]
 fn killed_goblin_watch_never_leaves_the_pipeline_stuck() {
     use sigbox::goblin::{Goblin, PipelineState, Stage};
-    let mut seed = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut next = below(0x2545_F491_4F6C_DD1Du64);
     let (mut kills, mut finished_at_start) = (0, 0);
     for round in 0..150 {
         let tmp = tempfile::tempdir().unwrap();

@@ -292,9 +292,16 @@ fn a_group_that_cannot_be_handed_over_is_put_back() {
         sigbox_tests::names(&tmp.path().join("processed")).is_empty(),
         "a claim not handed over stayed in processed/"
     );
+    // Put back where it was, not left in flight (where it would come again, but marked).
+    assert_eq!(
+        sigbox_tests::in_flight(tmp.path()),
+        0,
+        "left in its claim slot"
+    );
     assert!(mb.rejected().unwrap().is_empty(), "{:?}", mb.rejected());
     // Everything is delivered by the next pass, once, the broadcast included.
     let p = mb.pass("Executor", None).unwrap();
+    assert!(p.delivered.iter().all(|s| s.redelivery() == 0));
     let got: std::collections::HashSet<String> = p.delivered.into_iter().map(|s| s.id).collect();
     assert_eq!(got, sent);
     assert!(mb.pass("Executor", None).unwrap().delivered.is_empty());

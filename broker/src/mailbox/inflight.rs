@@ -82,6 +82,32 @@ fn is_plain_name(file: &str) -> bool {
 }
 
 impl Mailbox {
+    /// `agent`'s slots, `claimed/<agent>/<n>/`, by number: directories with decimal names
+    /// (anything else there, a symlink among them, is ignored).
+    fn slots(&self, agent: &str) -> Result<Vec<(u32, PathBuf)>> {
+        let base = self.layout.claim_dir(agent);
+        let mut out: Vec<(u32, PathBuf)> = self
+            .io
+            .list(&base, true)?
+            .into_iter()
+            .filter(|e| e.kind == EntryKind::Dir)
+            .filter_map(|e| Some((slot_number(&e.name)?, base.join(&e.name))))
+            .collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// What a slot holds: its entries but a marker's rewrite in progress.
+    fn slot_entries(&self, dir: &Path) -> Result<Vec<OsString>> {
+        Ok(self
+            .io
+            .list(dir, true)?
+            .into_iter()
+            .filter(|e| name::classify(&e.name) != name::NameKind::InProgress)
+            .map(|e| e.name)
+            .collect())
+    }
+
     /// The slot `agent`'s new claims go to: taken at the first claim of this handle, the
     /// lowest-numbered slot nobody holds, or a new one. `claimed/` and `claimed/<agent>/`
     /// are made (durably) when missing.
@@ -93,28 +119,20 @@ impl Mailbox {
         self.io.create_dir_durable(&self.layout.claimed)?;
         self.io.create_dir_durable(&base)?;
         for _ in 0..64 {
-            let mut numbers: Vec<u32> = self
-                .io
-                .list(&base, false)?
-                .into_iter()
-                .filter(|e| e.kind == EntryKind::Dir)
-                .filter_map(|e| slot_number(&e.name))
-                .collect();
-            numbers.sort_unstable();
-            for n in &numbers {
-                let dir = base.join(n.to_string());
-                if flight.holds(&dir) {
+            let slots = self.slots(agent)?;
+            for (_, dir) in &slots {
+                if flight.holds(dir) {
                     continue;
                 }
-                if let Some(lock) = self.io.lock_dir(&dir)? {
+                if let Some(lock) = self.io.lock_dir(dir)? {
                     flight.own = Some(Slot {
                         dir: dir.clone(),
                         _lock: lock,
                     });
-                    return Ok(dir);
+                    return Ok(dir.clone());
                 }
             }
-            let next = numbers.last().map_or(0, |n| n + 1);
+            let next = slots.last().map_or(0, |(n, _)| n + 1);
             let dir = base.join(next.to_string());
             // A race for the same number: the loser lists again.
             if self.io.create_dir_durable(&dir)?
@@ -140,13 +158,8 @@ impl Mailbox {
     /// halfway (the same signal is still in `inputs/` or the buffer, or already in
     /// `processed/`) is resolved here instead: its slot link is removed.
     pub(super) fn orphans(&self, agent: &str, flight: &mut Flight) -> Result<Vec<Orphan>> {
-        let base = self.layout.claim_dir(agent);
         let mut out = Vec::new();
-        for e in self.io.list(&base, true)? {
-            if e.kind != EntryKind::Dir || slot_number(&e.name).is_none() {
-                continue;
-            }
-            let dir = base.join(&e.name);
+        for (_, dir) in self.slots(agent)? {
             let lock = if flight.holds(&dir) {
                 None
             } else {
@@ -156,15 +169,12 @@ impl Mailbox {
                 }
             };
             let mut found = Vec::new();
-            for f in self.io.list(&dir, true)? {
-                if name::classify(&f.name) == name::NameKind::InProgress {
-                    continue; // a marker's rewrite in progress
-                }
-                if !Layout::is_marker(&f.name) && self.resolve_twin(agent, &dir, &f.name)? {
+            for f in self.slot_entries(&dir)? {
+                if !Layout::is_marker(&f) && self.resolve_twin(agent, &dir, &f)? {
                     continue;
                 }
-                let at = self.io.stamp(&dir.join(&f.name))?.map_or(0, |s| s.mtime_ns);
-                found.push((at, f.name));
+                let at = self.io.stamp(&dir.join(&f))?.map_or(0, |s| s.mtime_ns);
+                found.push((at, f));
             }
             if found.is_empty() {
                 continue; // an empty slot nobody holds: released again at once
@@ -381,12 +391,7 @@ impl Mailbox {
         if !flight.adopted.is_empty() {
             let mut keep = Vec::new();
             for s in flight.adopted.drain(..) {
-                let empty = self
-                    .io
-                    .list(&s.dir, true)?
-                    .iter()
-                    .all(|e| name::classify(&e.name) == name::NameKind::InProgress);
-                if !empty {
+                if !self.slot_entries(&s.dir)?.is_empty() {
                     keep.push(s);
                 }
             }
@@ -445,20 +450,10 @@ impl Mailbox {
     /// The slots of `agent` that no live handle holds, with how many signals each holds:
     /// what the agent's next pass delivers again (`doctor`). Locks each slot for a moment.
     pub(super) fn stranded(&self, agent: &str) -> Result<Vec<(PathBuf, usize)>> {
-        let base = self.layout.claim_dir(agent);
         let mut out = Vec::new();
-        for e in self.io.list(&base, true)? {
-            if e.kind != EntryKind::Dir || slot_number(&e.name).is_none() {
-                continue;
-            }
-            let dir = base.join(&e.name);
+        for (_, dir) in self.slots(agent)? {
             if self.io.lock_dir(&dir)?.is_some() {
-                let n = self
-                    .io
-                    .list(&dir, true)?
-                    .iter()
-                    .filter(|e| name::classify(&e.name) != name::NameKind::InProgress)
-                    .count();
+                let n = self.slot_entries(&dir)?.len();
                 if n > 0 {
                     out.push((dir, n));
                 }
