@@ -10,6 +10,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use rustix::process::Signal;
+
 mod common;
 
 use common::mailbox_with;
@@ -38,7 +40,7 @@ fn ids_of(lines: &[String]) -> Vec<String> {
 
 /// Runs `sigbox --json ARGS`, sends `signal` once the first signal is printed (the pass is
 /// then in the middle of its claims), and returns the printed lines and how it ended.
-fn interrupt_after_first_line(root: &Path, args: &[&str], signal: &str) -> (Vec<String>, i32) {
+fn interrupt_after_first_line(root: &Path, args: &[&str], signal: Signal) -> (Vec<String>, i32) {
     let mut child = Command::new(BIN)
         .arg("--root")
         .arg(root)
@@ -50,25 +52,21 @@ fn interrupt_after_first_line(root: &Path, args: &[&str], signal: &str) -> (Vec<
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut out = vec![lines.next().expect("the pass printed nothing").unwrap()];
-    let sent = Command::new("kill")
-        .args([&format!("-{signal}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    common::signal(child.id(), signal).unwrap();
     out.extend(lines.map(Result::unwrap));
     let status = child.wait().unwrap();
     let by = status
         .signal()
-        .unwrap_or_else(|| panic!("{signal}: ended with {status} instead of by the signal"));
+        .unwrap_or_else(|| panic!("{signal:?}: ended with {status} instead of by the signal"));
     (out, by)
 }
 
-fn interrupted_poll_prints_everything_it_claimed(signal: &str, signo: i32) {
+fn interrupted_poll_prints_everything_it_claimed(signal: Signal) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("signals");
     let sent = mailbox_with(&root, 5_000);
     let (lines, by) = interrupt_after_first_line(&root, &["poll", "--as", "Executor"], signal);
-    assert_eq!(by, signo, "ended by another signal");
+    assert_eq!(by, signal.as_raw(), "ended by another signal");
     let printed = ids_of(&lines);
     let unique: HashSet<String> = printed.iter().cloned().collect();
     assert_eq!(unique.len(), printed.len(), "a signal was printed twice");
@@ -79,7 +77,7 @@ fn interrupted_poll_prints_everything_it_claimed(signal: &str, signo: i32) {
     );
     assert!(
         unique.len() < sent.len(),
-        "{signal} came after the pass had finished: nothing was interrupted"
+        "{signal:?} came after the pass had finished: nothing was interrupted"
     );
     // What was not claimed is still pending, and the next poll delivers it.
     let rest = Command::new(BIN)
@@ -100,7 +98,7 @@ fn interrupted_poll_prints_everything_it_claimed(signal: &str, signo: i32) {
     }
     assert_eq!(all, sent);
     eprintln!(
-        "{signal}: {} of {} printed before the signal, 0 lost",
+        "{signal:?}: {} of {} printed before the signal, 0 lost",
         printed.len(),
         sent.len()
     );
@@ -108,17 +106,17 @@ fn interrupted_poll_prints_everything_it_claimed(signal: &str, signo: i32) {
 
 #[test]
 fn sigterm_during_a_poll_loses_no_claim() {
-    interrupted_poll_prints_everything_it_claimed("TERM", 15);
+    interrupted_poll_prints_everything_it_claimed(Signal::TERM);
 }
 
 #[test]
 fn sigint_during_a_poll_loses_no_claim() {
-    interrupted_poll_prints_everything_it_claimed("INT", 2);
+    interrupted_poll_prints_everything_it_claimed(Signal::INT);
 }
 
 #[test]
 fn sighup_during_a_poll_loses_no_claim() {
-    interrupted_poll_prints_everything_it_claimed("HUP", 1);
+    interrupted_poll_prints_everything_it_claimed(Signal::HUP);
 }
 
 #[test]
@@ -129,7 +127,7 @@ fn sigterm_during_a_wait_pass_loses_no_claim() {
     let (lines, by) = interrupt_after_first_line(
         &root,
         &["wait", "--as", "Executor", "--timeout", "60s"],
-        "TERM",
+        Signal::TERM,
     );
     assert_eq!(by, 15);
     let printed: HashSet<String> = ids_of(&lines).into_iter().collect();
@@ -152,10 +150,7 @@ fn an_idle_wait_ends_by_the_signal() {
         .unwrap();
     // Give it time to reach its sleep; a signal before that ends it the same way.
     std::thread::sleep(Duration::from_millis(300));
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
+    common::signal(child.id(), Signal::INT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(2), "{status}");
 }

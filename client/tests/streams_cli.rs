@@ -6,7 +6,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use rustix::process::Signal;
 use serde_json::Value;
+
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
@@ -301,17 +304,16 @@ while :; do sleep 0.05; done
     let mut pid = String::new();
     out.read_line(&mut pid).unwrap();
     let pid = pid.trim().to_string();
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    common::signal(child.id(), Signal::TERM).unwrap();
     let status = wait_or_fail(&mut child, std::time::Duration::from_secs(20));
     assert_eq!(status.code(), Some(0), "the command's own exit status");
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
     assert!(rest.contains("\"abort\""), "output drained: {rest:?}");
-    let alive = Command::new("kill").args(["-0", &pid]).output().unwrap();
-    assert!(!alive.status.success(), "the command outlived tap");
+    assert!(
+        !common::alive(pid.parse().unwrap()),
+        "the command outlived tap"
+    );
     let ls = sigbox(&root, &["--json", "ls"]);
     let pending: Vec<Value> = String::from_utf8(ls.stdout)
         .unwrap()
@@ -343,9 +345,7 @@ fn a_background_grandchild_holding_the_output_does_not_keep_tap_alive() {
     out.read_line(&mut pgid).unwrap();
     let status = wait_or_fail(&mut child, std::time::Duration::from_secs(30));
     // The background sleep is in the command's process group: end it.
-    let _ = Command::new("kill")
-        .args(["-TERM", &format!("-{}", pgid.trim())])
-        .status();
+    let _ = common::signal_group(pgid.trim().parse().unwrap(), Signal::TERM);
     assert_eq!(status.code(), Some(0));
 }
 

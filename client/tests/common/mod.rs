@@ -1,4 +1,5 @@
-//! Helpers shared by the CLI test files.
+//! Helpers shared by the CLI test files (each uses a part of them).
+#![allow(dead_code)]
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -21,4 +22,28 @@ pub(crate) fn mailbox_with(root: &Path, n: usize) -> HashSet<String> {
             .unwrap()
         })
         .collect()
+}
+
+/// Sends `sig` to the process `pid`, by the system call: the `kill` program is not used,
+/// because some versions misread a negative argument (procps-ng 4.0.2 turns `kill -TERM -14`
+/// into `kill(-1, SIGTERM)`, every process the caller may signal).
+pub(crate) fn signal(pid: u32, sig: rustix::process::Signal) -> rustix::io::Result<()> {
+    rustix::process::kill_process(checked_pid(pid), sig)
+}
+
+/// Sends `sig` to the process group `pgid` (see [`signal`]).
+pub(crate) fn signal_group(pgid: u32, sig: rustix::process::Signal) -> rustix::io::Result<()> {
+    rustix::process::kill_process_group(checked_pid(pgid), sig)
+}
+
+/// Whether the process `pid` still exists.
+pub(crate) fn alive(pid: u32) -> bool {
+    rustix::process::test_kill_process(checked_pid(pid)).is_ok()
+}
+
+/// `pid` as a process id, refusing 0 and 1, which no test ever means: `kill(0)` is the caller's
+/// own group, and a group id of 1 would be init's.
+fn checked_pid(pid: u32) -> rustix::process::Pid {
+    assert!(pid > 1, "refusing to signal process {pid}");
+    rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap()
 }
