@@ -66,7 +66,7 @@ pub mod tap;
 pub use body::{Archived, Handling};
 pub use doctor::{Finding, Severity, diagnose};
 pub use error::{Error, ErrorKind, Result};
-pub use io::{Durability, FsHook, FsOp, IoOptions};
+pub use io::{Durability, FsHook, FsOp, IoOptions, PORTABLE_RENAME_ENV};
 pub use mailbox::{
     Buffered, DEFAULT_QUORUM, Finished, LAYOUT, Mailbox, MailboxOptions, Pass, PassControl,
     Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE, SHARED_FILE_MODE,

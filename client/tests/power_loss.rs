@@ -15,28 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+mod common;
+use common::{have, ok, run};
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn run(cmd: &str, args: &[&str]) -> std::process::Output {
-    Command::new(cmd).args(args).output().unwrap()
-}
-
-fn ok(cmd: &str, args: &[&str]) {
-    let out = run(cmd, args);
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A filesystem under test: how to make it and how a reboot repairs it.
 struct Fs {

@@ -119,10 +119,15 @@ fn check_deliveries<'a>(
 fn run_frozen(
     root: &Path,
     n: usize,
+    portable: bool,
     op: &dyn Fn(&Mailbox, &mut Handed) -> Option<String>,
 ) -> (Handed, bool, Arc<Recorder>, Option<String>) {
     let rec = Arc::new(Recorder::freezing_at(n));
-    let mb = opts().hook(rec.clone()).open(root).unwrap();
+    let mb = opts()
+        .hook(rec.clone())
+        .portable_rename(portable)
+        .open(root)
+        .unwrap();
     let mut handed = Vec::new();
     let promised = op(&mb, &mut handed);
     let completed = rec.attempted() <= n;
@@ -175,11 +180,31 @@ fn handed_of(mb: &Mailbox, pass: sigbox::Result<sigbox::Pass>, agent: &str, hand
 
 /// Enumerates every crash point of `op` after `prepare` and checks the invariants.
 /// Returns the number of crash states checked.
+/// Every crash state of `op`, with `renameat2(RENAME_NOREPLACE)` and again with the portable
+/// rename of filesystems that refuse it (spec/mailbox.md §9.9): the two must make the same
+/// effects (the portable path adds no `link`, no `unlink`, nothing a crash could leave
+/// half-done), so the same states, each checked.
 fn enumerate(
     label: &str,
     prepare: &dyn Fn(&Path, &Base) -> Handed,
     op: &dyn Fn(&Mailbox, &mut Handed) -> Option<String>,
     check_broadcast_everyone: bool,
+) -> usize {
+    let states = enumerate_with(label, prepare, op, check_broadcast_everyone, false);
+    let portable = enumerate_with(label, prepare, op, check_broadcast_everyone, true);
+    assert_eq!(
+        states, portable,
+        "{label}: the portable rename makes other effects than RENAME_NOREPLACE"
+    );
+    states
+}
+
+fn enumerate_with(
+    label: &str,
+    prepare: &dyn Fn(&Path, &Base) -> Handed,
+    op: &dyn Fn(&Mailbox, &mut Handed) -> Option<String>,
+    check_broadcast_everyone: bool,
+    portable: bool,
 ) -> usize {
     let tmp = tempfile::tempdir().unwrap();
     let template = tmp.path().join("template");
@@ -190,7 +215,7 @@ fn enumerate(
         let work = tmp.path().join(format!("work{n}"));
         copy_tree(&template, &work);
         let mut model = Model::snapshot(&work);
-        let (handed, completed, rec, promised) = run_frozen(&work, n, op);
+        let (handed, completed, rec, promised) = run_frozen(&work, n, portable, op);
         for o in rec.ops() {
             model.apply(&o);
         }
@@ -198,7 +223,9 @@ fn enumerate(
         model.durable(&crashed);
         let (after, rejected) = drain(&crashed);
         states += 1;
-        let ctx = format!("{label}: crash at effect {n} (completed: {completed})");
+        let ctx = format!(
+            "{label}: crash at effect {n} (completed: {completed}, portable rename: {portable})"
+        );
         assert!(
             rejected.is_empty(),
             "{ctx}: a partial or invalid file was visible: {rejected:?}"
@@ -227,7 +254,7 @@ fn enumerate(
             break;
         }
     }
-    eprintln!("{label}: {states} crash states checked");
+    eprintln!("{label}: {states} crash states checked (portable rename: {portable})");
     states
 }
 

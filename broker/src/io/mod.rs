@@ -100,6 +100,11 @@ pub struct IoOptions {
     /// Observes (and may fail) every filesystem effect; for fault-injection and crash tests.
     /// Default: none.
     pub hook: Option<Arc<dyn FsHook>>,
+    /// Never use `renameat2(RENAME_NOREPLACE)`: every no-clobber rename takes the portable
+    /// path that filesystems refusing the flag get (spec/mailbox.md §9.9). For tests of that
+    /// path on any filesystem. Default: false, or true when the environment variable
+    /// `SIGBOX_PORTABLE_RENAME` is `1`.
+    pub portable_rename: bool,
 }
 
 impl std::fmt::Debug for IoOptions {
@@ -107,6 +112,7 @@ impl std::fmt::Debug for IoOptions {
         f.debug_struct("IoOptions")
             .field("durability", &self.durability)
             .field("hook", &self.hook.is_some())
+            .field("portable_rename", &self.portable_rename)
             .finish()
     }
 }
@@ -128,7 +134,16 @@ impl IoOptions {
         self.hook = Some(hook);
         self
     }
+
+    /// Forces the portable no-clobber rename (see [`IoOptions::portable_rename`]).
+    pub fn portable_rename(&mut self, on: bool) -> &mut Self {
+        self.portable_rename = on;
+        self
+    }
 }
+
+/// The environment variable that forces the portable rename in every handle of a process.
+pub const PORTABLE_RENAME_ENV: &str = "SIGBOX_PORTABLE_RENAME";
 
 /// The seam. One per mailbox handle; it carries the durability mode, the hook and the poison flag.
 pub(crate) struct Io {
@@ -138,6 +153,14 @@ pub(crate) struct Io {
     /// Modes for what this handle creates, in a shared (group) mailbox: `(dirs, files)`.
     /// `None`: the process umask decides, as for any program.
     shared_modes: Option<(u32, u32)>,
+    /// Set once `RENAME_NOREPLACE` was refused (or when forced): no-clobber renames take the
+    /// portable path from then on, without asking the filesystem again.
+    portable: AtomicBool,
+    /// The directory whose `flock` every portable no-clobber rename of this handle's kind
+    /// holds (a mailbox: its `tmp/`); `None`: the destination's own directory.
+    rename_lock: Option<PathBuf>,
+    /// Whether the rename lock's failure was already reported.
+    lock_warned: AtomicBool,
 }
 
 impl Io {
@@ -147,7 +170,20 @@ impl Io {
             hook: opts.hook.clone(),
             poisoned: AtomicBool::new(false),
             shared_modes: None,
+            portable: AtomicBool::new(
+                opts.portable_rename
+                    || std::env::var_os(PORTABLE_RENAME_ENV).is_some_and(|v| v == "1"),
+            ),
+            rename_lock: None,
+            lock_warned: AtomicBool::new(false),
         }
+    }
+
+    /// Makes every portable no-clobber rename of this handle hold a `flock` on `dir`: one lock
+    /// for every destination of a mailbox. (A destination's own directory will not do there:
+    /// a claim slot is locked by its holder for as long as it holds it.)
+    pub(crate) fn set_rename_lock(&mut self, dir: PathBuf) {
+        self.rename_lock = Some(dir);
     }
 
     /// Creates directories and files group-writable (`dirs`, `files` modes), whatever the
@@ -417,7 +453,7 @@ impl Io {
             to,
             noreplace: true,
         };
-        match self.effect(op, || sys::rename_noreplace(from, to)) {
+        match self.effect(op, || self.rename_exclusive(from, to)) {
             Ok(()) => Ok(Renamed::Done),
             Err(e) if e.kind() == io::ErrorKind::NotFound && !parent_missing(from, to) => {
                 Ok(Renamed::SourceGone)
@@ -429,6 +465,40 @@ impl Io {
                 e,
             )),
         }
+    }
+
+    /// The no-clobber rename itself: `renameat2(RENAME_NOREPLACE)`, or where the filesystem
+    /// refuses the flag, `lstat` + `rename` while holding the rename lock. Every sigbox process
+    /// renaming into the same place takes the same lock, so of two renames to one destination
+    /// one finds it taken; `rename` itself gives one winner per source. One name at every
+    /// instant: no `link` + `unlink`, so no moment and no crash leaves a second claimable link.
+    fn rename_exclusive(&self, from: &Path, to: &Path) -> io::Result<()> {
+        if !self.portable.load(Ordering::Relaxed) {
+            if sys::rename_noreplace(from, to)? {
+                return Ok(());
+            }
+            self.portable.store(true, Ordering::Relaxed);
+            tracing::debug!(file = %to.display(), "RENAME_NOREPLACE refused: portable renames");
+        }
+        let dir = match &self.rename_lock {
+            Some(d) => d.as_path(),
+            None => to.parent().unwrap_or(Path::new(".")),
+        };
+        let _held = match sys::open_dir(dir).and_then(|f| f.lock().map(|()| f)) {
+            Ok(f) => Some(f),
+            Err(e) if sys::is_transient(&e) => return Err(e),
+            Err(e) => {
+                // No locks here (some network filesystems): still one winner per source, but
+                // two renames of different files to one name could both succeed.
+                if !self.lock_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(dir = %dir.display(), error = %e,
+                        "cannot lock for renames: no-clobber renames are exclusive on their \
+                         source only");
+                }
+                None
+            }
+        };
+        sys::rename_checked(from, to)
     }
 
     /// Renames, replacing the destination; only for files this handle owns.

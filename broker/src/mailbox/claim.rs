@@ -359,7 +359,7 @@ impl Mailbox {
     }
 
     /// The destination of a claim is taken. When it holds this very signal (the same file
-    /// under two links, left by link+unlink, or a copy with the same fields), an earlier claim
+    /// under two links, left by an earlier version's link + unlink, or a copy with the same fields), an earlier claim
     /// was interrupted by a crash before it removed the source durably, so it was never handed
     /// over: redo it, synced (spec §9.6). `None` when the destination holds a different
     /// signal: the claim needs a fresh name.
@@ -380,7 +380,7 @@ impl Mailbox {
             return Ok(None);
         }
         if same_file {
-            // Two links to one file (left by link+unlink): rename between them is a no-op by
+            // Two links to one file (left by an earlier version's link + unlink): rename between them is a no-op by
             // POSIX, so drop the source link instead.
             if !self.io.remove(src)? {
                 return Ok(Some(Recorded::Gone));
@@ -497,7 +497,7 @@ impl Mailbox {
     }
 
     /// A claimed file with two links whose other link is `processed/<name>`: a claim straight
-    /// into `processed/` (an earlier version's, or one made by link and unlink) that a crash
+    /// into `processed/` (an earlier version's, made by rename or by link + unlink) that a crash
     /// interrupted before it removed the source, so before any hand-over. The `processed/`
     /// link goes, durably (were it to come back, the claim would count as acknowledged), and
     /// the claim proceeds. True when it went.

@@ -145,12 +145,16 @@ impl Mailbox {
         if opts.reuse_listings && crate::sys::is_remote_fs(root) {
             opts.reuse_listings = false;
         }
+        let layout = Layout::new(root);
         let mut io = Io::new(&opts.io);
         if crate::sys::is_shared_dir(root) {
             io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
         }
+        // Where `RENAME_NOREPLACE` is refused, every no-clobber rename in the mailbox holds
+        // this one lock (spec/mailbox.md §9.9).
+        io.set_rename_lock(layout.tmp.clone());
         Mailbox {
-            layout: Layout::new(root),
+            layout,
             opts,
             io,
             scans: Mutex::new(ScanCache::default()),

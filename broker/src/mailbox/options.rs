@@ -120,6 +120,14 @@ impl MailboxOptions {
         self
     }
 
+    /// Never use `renameat2(RENAME_NOREPLACE)`: the portable no-clobber rename that
+    /// filesystems refusing the flag get (spec/mailbox.md §9.9), on any filesystem. For tests.
+    /// Default: false, or true when `SIGBOX_PORTABLE_RENAME=1`.
+    pub fn portable_rename(&mut self, on: bool) -> &mut Self {
+        self.io.portable_rename(on);
+        self
+    }
+
     /// Sets durability and hook at once, as [`crate::goblin::Goblin::open_with`] and
     /// [`crate::mux::write_signal_with`] take them. Default: durable, no hook.
     pub fn io(&mut self, io: IoOptions) -> &mut Self {

@@ -1,11 +1,10 @@
 //! Platform differences live here and nowhere else (spec/mailbox.md §9.9), with the types the
 //! platform layer shares: [`Stamp`], [`EntryKind`], [`Entry`].
 //!
-//! Every function has the same signature on every platform; the Linux variant uses
-//! `renameat2(RENAME_NOREPLACE)`, the portable one falls back to `link` + `unlink`, which is
-//! also atomic against a concurrent claimer (only one `link` can create the name) but may leave
-//! both names after a crash between the two calls; the mailbox handles that state (see
-//! `spec/mailbox.md`, "Interrupted claims").
+//! Every function has the same signature on every platform. A no-clobber rename is
+//! `renameat2(RENAME_NOREPLACE)` on Linux; where that is refused (FUSE, the NFS client, other
+//! platforms) it is `lstat` + `rename` under a lock the seam holds ([`crate::io::Io`],
+//! spec/mailbox.md §9.9): one name at every instant, exclusive on both sides.
 
 #[cfg(unix)]
 mod unix;

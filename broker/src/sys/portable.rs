@@ -6,9 +6,17 @@ use std::path::Path;
 
 use super::{EntryKind, Stamp};
 
-pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    std::fs::hard_link(from, to)?;
-    std::fs::remove_file(from)
+pub(crate) fn rename_noreplace(_from: &Path, _to: &Path) -> io::Result<bool> {
+    Ok(false)
+}
+
+pub(crate) fn rename_checked(from: &Path, to: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(to) {
+        Ok(_) => return Err(io::ErrorKind::AlreadyExists.into()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::rename(from, to)
 }
 
 pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {

@@ -8,23 +8,41 @@ use rustix::fs::{Mode, OFlags};
 
 use super::{EntryKind, Stamp};
 
-/// Renames `from` to `to`, failing with `AlreadyExists` instead of replacing `to`.
-///
-/// On Linux this is one `renameat2(RENAME_NOREPLACE)`. Where the filesystem does not support
-/// the flag (`EINVAL`), or on other Unixes, it is `link(from, to)` then `unlink(from)`: the
-/// `link` is the atomic, exclusive step.
-pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+/// Renames `from` to `to` with `renameat2(RENAME_NOREPLACE)`, failing with `AlreadyExists`
+/// instead of replacing `to`. `Ok(false)` when the filesystem (FUSE, the Linux NFS client) or
+/// the platform does not support the flag: nothing happened, and the caller uses
+/// [`rename_checked`] under a lock instead.
+pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<bool> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         use rustix::fs::{CWD, RenameFlags, renameat_with};
         match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
-            Ok(()) => return Ok(()),
-            Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {}
-            Err(e) => return Err(e.into()),
+            Ok(()) => Ok(true),
+            Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
-    std::fs::hard_link(from, to)?;
-    std::fs::remove_file(from)
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (from, to);
+        Ok(false)
+    }
+}
+
+/// The portable no-clobber rename: `lstat(to)`, then `rename(from, to)` when nothing is there.
+///
+/// `rename(2)` is exclusive on its source on every filesystem (of two renames of one name, one
+/// gets `ENOENT`) and leaves one name at every instant, even across a crash; only its
+/// destination is not exclusive, so the caller holds a lock that every no-clobber rename into
+/// the same place takes ([`crate::io::Io`]). Never `link` + `unlink`: that leaves a moment,
+/// and after a crash a state, where the file has two names, and so two claimable copies.
+pub(crate) fn rename_checked(from: &Path, to: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(to) {
+        Ok(_) => return Err(io::ErrorKind::AlreadyExists.into()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::rename(from, to)
 }
 
 /// Opens a file for reading without following a final symlink, without blocking on a FIFO and

@@ -47,3 +47,27 @@ fn checked_pid(pid: u32) -> rustix::process::Pid {
     assert!(pid > 1, "refusing to signal process {pid}");
     rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap()
 }
+
+/// Whether `tool` is on the PATH.
+pub(crate) fn have(tool: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs `cmd` with `args` to the end; its output.
+pub(crate) fn run(cmd: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(cmd).args(args).output().unwrap()
+}
+
+/// Runs `cmd` with `args`, which must succeed.
+pub(crate) fn ok(cmd: &str, args: &[&str]) {
+    let out = run(cmd, args);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
