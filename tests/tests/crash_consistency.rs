@@ -667,10 +667,10 @@ fn interrupted_yaml_claim_with_a_zero_tail_is_finished_once() {
     assert_eq!(pass.rejected.len(), 1);
 }
 
-/// A pass claims in groups: each claim renames into the handle's slot and appends, then the
-/// group is made durable together (every claimed file fdatasynced and the slot fsynced once,
-/// all in flight together, then `inputs/` once) before anything is handed over; at most 64
-/// claims per group. The acknowledgement moves them all into `processed/` and fsyncs it once.
+/// A pass claims in groups: each claim renames into the handle's slot and appends its handling
+/// block (never synced: a record, not a promise), then the group is made durable together (the
+/// slot fsynced once, then `inputs/` once) before anything is handed over; at most 64 claims
+/// per group. The acknowledgement moves them all into `processed/` and fsyncs it once.
 #[test]
 fn claims_of_a_pass_commit_together() {
     for (k, groups) in [(1, 1), (5, 1), (64, 1), (65, 2), (130, 3)] {
@@ -709,7 +709,16 @@ fn claims_of_a_pass_commit_together() {
         let ops = &ops[6..];
         let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
         assert_eq!(count(&|o| matches!(o, Op::Rename(..))), k);
-        assert_eq!(count(&|o| matches!(o, Op::SyncFile(_))), k);
+        assert_eq!(
+            count(&|o| matches!(o, Op::Write(..))),
+            k,
+            "one append per claim"
+        );
+        assert_eq!(
+            count(&|o| matches!(o, Op::SyncFile(_))),
+            0,
+            "no file synced"
+        );
         assert_eq!(
             count(&|o| matches!(o, Op::SyncDir(d) if *d == slot)),
             groups,
@@ -724,13 +733,11 @@ fn claims_of_a_pass_commit_together() {
             count(&|o| matches!(o, Op::SyncDir(d) if *d == processed)),
             0
         );
-        // Within each group: every rename and append, then the file syncs and the slot (in
-        // flight together, in any order), then inputs/.
+        // Within each group: every rename and append, then the slot, then inputs/.
         let mut phase = 0;
         for o in ops {
             let p = match o {
                 Op::Rename(..) | Op::Write(..) => 0,
-                Op::SyncFile(_) => 1,
                 Op::SyncDir(d) if *d == slot => 1,
                 Op::SyncDir(d) if *d == inputs => 2,
                 other => panic!("unexpected effect {other:?}"),

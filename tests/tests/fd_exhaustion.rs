@@ -48,9 +48,12 @@ fn running_out_of_descriptors_mid_pass_loses_and_quarantines_nothing() {
     let reader = Mailbox::open(mb.root()).unwrap();
     let mut delivered = HashSet::new();
     let mut short_passes = 0;
-    // Five descriptors: the claim slot's lock (held by the handle from its first claim on),
-    // the directories the commit needs (the slot, inputs/), and the claimed files; a later
-    // claim's open fails. Then fewer, down to none.
+    // Five descriptors, then fewer, down to none. A pass needs the claim slot's lock (held by
+    // the handle from its first claim on), the directories the commit needs (the slot,
+    // inputs/) and, for a moment, each claimed file; it holds no claimed file open until its
+    // commit, so a pass short of descriptors fails at one fixed point, never after claims
+    // have piled up.
+    let mut failed = 0;
     for free in [5, 4, 3, 2, 1, 0] {
         let held = fill_descriptor_table(free);
         let result = reader.pass("Executor", None);
@@ -58,10 +61,7 @@ fn running_out_of_descriptors_mid_pass_loses_and_quarantines_nothing() {
         reader.ack("Executor").unwrap();
         match result {
             Ok(pass) => {
-                assert!(
-                    pass.interrupted.is_some(),
-                    "{free} free descriptors were enough for the whole pass"
-                );
+                failed += usize::from(pass.interrupted.is_some());
                 assert!(pass.rejected.is_empty(), "{:?}", pass.rejected);
                 for s in pass.delivered {
                     assert!(delivered.insert(s.id), "delivered twice");
@@ -70,6 +70,7 @@ fn running_out_of_descriptors_mid_pass_loses_and_quarantines_nothing() {
             Err(e) => {
                 let io = e.io_error().expect("an OS error");
                 assert_eq!(io.raw_os_error(), Some(24), "{e}");
+                failed += 1;
             }
         }
         short_passes += 1;
@@ -89,6 +90,10 @@ fn running_out_of_descriptors_mid_pass_loses_and_quarantines_nothing() {
         assert_eq!(pending.len() + delivered.len(), sent.len());
     }
     assert_eq!(short_passes, 6);
+    assert!(
+        failed > 0,
+        "every pass had descriptors enough: the test proves nothing"
+    );
     assert!(
         !delivered.is_empty(),
         "no short pass got as far as a claim: the test proves nothing"

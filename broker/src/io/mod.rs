@@ -18,13 +18,6 @@ mod read;
 pub(crate) use read::ReadOutcome;
 use read::read_checked;
 
-/// At most this many fsyncs in flight at once in [`Io::sync_together`] (a group commit holds
-/// at most 64 claims: one thread per fsync).
-const SYNC_THREADS: usize = 65;
-
-/// The stack of a thread that only calls fsync (and the test hook).
-const SYNC_STACK: usize = 256 * 1024;
-
 /// Whether writes wait for the disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
@@ -306,15 +299,8 @@ impl Io {
         self.sync_file(&file, path)
     }
 
-    /// Appends `data` to an existing regular file (never through a symlink) and (when durable)
-    /// fsyncs it. A failed fsync poisons the handle.
-    pub(crate) fn append(&self, path: &Path, data: &[u8]) -> Result<()> {
-        let file = self.append_unsynced(path, data)?;
-        self.sync_data(&file, path)
-    }
-
-    /// Appends `data` like [`Io::append`] but leaves the fsync to the caller
-    /// ([`Io::sync_data`] on the returned file).
+    /// Appends `data` to an existing regular file (never through a symlink), without an fsync
+    /// (the caller may [`Io::sync_data`] the returned file).
     pub(crate) fn append_unsynced(&self, path: &Path, data: &[u8]) -> Result<File> {
         self.check_poison(path)?;
         let mut file =
@@ -384,65 +370,6 @@ impl Io {
                     e,
                 )
             })
-    }
-
-    /// [`Io::sync_data`] of every file in `files` and [`Io::sync_dir`] of `dir`, with the
-    /// fsyncs in flight together instead of one after the other. Each fsync waits for a
-    /// device flush; flushes requested while one is running are merged by the block layer
-    /// (and a journaling filesystem commits concurrent fsyncs in one transaction), so k
-    /// fsyncs in flight together cost a few flushes, not k. Sequential for up to one file.
-    ///
-    /// The fsyncs run on up to [`SYNC_THREADS`] threads, the calling thread among them (when
-    /// a thread cannot be spawned, the ones running do its share). A failure poisons the
-    /// handle, so the fsyncs not yet started are refused; the error returned is the first real
-    /// failure in `files` order, then `dir`, rather than a refusal that followed it.
-    pub(crate) fn sync_together(
-        &self,
-        files: &[(PathBuf, File)],
-        (dir, dir_file): (&Path, &File),
-    ) -> Result<()> {
-        let jobs = files.len() + 1;
-        let job = |i: usize| match files.get(i) {
-            Some((path, file)) => self.sync_data(file, path),
-            None => self.sync_dir_file(dir_file, dir),
-        };
-        if files.len() <= 1 || self.durability == Durability::RelaxedNoFsync {
-            return (0..jobs).try_for_each(job);
-        }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let failed: std::sync::Mutex<Vec<(usize, Error)>> = std::sync::Mutex::new(Vec::new());
-        let work = || {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= jobs {
-                    break;
-                }
-                if let Err(e) = job(i) {
-                    failed
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((i, e));
-                }
-            }
-        };
-        std::thread::scope(|scope| {
-            for _ in 1..jobs.min(SYNC_THREADS) {
-                let spawned = std::thread::Builder::new()
-                    .name("sigbox-fsync".into())
-                    .stack_size(SYNC_STACK)
-                    .spawn_scoped(scope, work);
-                if spawned.is_err() {
-                    break; // the threads already running (and this one) do the rest
-                }
-            }
-            work();
-        });
-        let mut failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
-        failed.sort_by_key(|(i, e)| (e.kind() == ErrorKind::Poisoned, *i));
-        match failed.into_iter().next() {
-            Some((_, e)) => Err(e),
-            None => Ok(()),
-        }
     }
 
     /// Renames without replacing the destination.

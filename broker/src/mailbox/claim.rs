@@ -78,9 +78,7 @@ impl Delivery {
 pub(super) struct Batch {
     /// Claims per commit.
     group: usize,
-    /// Appended handling blocks, to fdatasync.
-    files: Vec<(PathBuf, File)>,
-    /// The slot the claims go to, synced with the files.
+    /// The slot the claims go to, fsynced first at the commit.
     dest: Option<PathBuf>,
     /// Directories to fsync after the slot, in order: the claims' source directories, with
     /// `inputs/` before any buffer (spec/mailbox.md §9.2).
@@ -102,7 +100,6 @@ impl Batch {
     pub(super) fn new(group: usize) -> Batch {
         Batch {
             group,
-            files: Vec::new(),
             dest: None,
             dirs: Vec::new(),
             open_dirs: Vec::new(),
@@ -167,21 +164,19 @@ enum Recorded {
 }
 
 impl Mailbox {
-    /// Makes the batch's claims durable (group commit): fdatasync every claimed file (with its
-    /// appended handling block) and fsync the slot, all in flight together, then each directory of
+    /// Makes the batch's claims durable (group commit): fsync the slot, then each directory of
     /// `batch.dirs` in order (`inputs/` before a buffer). A claim is durable once its source
     /// directory is synced: when the commit then fails on another directory, the claims
-    /// already durable are still handed over.
+    /// already durable are still handed over. The claimed files themselves are not synced:
+    /// their content was durable when they were sent, and the handling block appended since
+    /// is a record, not a promise (spec/mailbox.md §9.2).
     pub(super) fn commit(&self, batch: &mut Batch) -> Result<()> {
         if batch.claims > 0 {
-            // Closed when the syncs are done, whatever their outcome.
-            let files = std::mem::take(&mut batch.files);
             let dest = batch
                 .dest
                 .clone()
                 .expect("a batch with claims knows their slot");
-            self.io
-                .sync_together(&files, (&dest, batch.dir_file(&dest)))?;
+            self.io.sync_dir_file(batch.dir_file(&dest), &dest)?;
             while let Some(dir) = batch.dirs.first() {
                 self.io.sync_dir_file(batch.dir_file(dir), dir)?;
                 for d in &mut batch.deliveries[batch.durable..] {
@@ -287,7 +282,7 @@ impl Mailbox {
                     for d in [dest_dir, self.layout.inputs.as_path(), dir] {
                         b.open_dir(&self.io, d)?;
                     }
-                    let annotate = || self.annotate(&dest, name, &extra, agent, Some(&mut b.files));
+                    let annotate = || self.annotate(&dest, name, &extra, agent);
                     let claimed = atomic::claim_unsynced(&self.io, &src, &dest, annotate)?;
                     if let Claimed::Won(_) = claimed {
                         b.claims += 1;
@@ -307,7 +302,7 @@ impl Mailbox {
                     (claimed, Some(dir.to_path_buf()))
                 }
                 None => {
-                    let annotate = || self.annotate(&dest, name, &extra, agent, None);
+                    let annotate = || self.annotate(&dest, name, &extra, agent);
                     (atomic::claim(&self.io, &src, &dest, annotate)?, None)
                 }
             };
@@ -397,7 +392,7 @@ impl Mailbox {
                 Err(e) => return Err(e),
             }
         }
-        let recorded = self.annotate(dest, name, extra, agent, None)?;
+        let recorded = self.annotate(dest, name, extra, agent)?;
         self.io.sync_dir(&self.layout.processed)?;
         self.io.sync_dir(dir)?;
         Ok(Some(recorded))
@@ -420,16 +415,16 @@ impl Mailbox {
         })
     }
 
-    /// Reads the claimed file at `dest`, and appends `extra` (handling metadata) to it, synced
-    /// at once, or with `defer`, left open there for the batch's commit to fdatasync. When the
-    /// file does not hold a valid signal it is quarantined.
+    /// Reads the claimed file at `dest`, and appends `extra` (handling metadata) to it, not
+    /// synced: the record of who took the signal and when, which no delivery promise rests on
+    /// (a power loss may lose it, or leave it torn, which readers ignore: §9.6). When the file
+    /// does not hold a valid signal it is quarantined.
     fn annotate(
         &self,
         dest: &Path,
         name: &OsStr,
         extra: &Map<String, Value>,
         agent: &str,
-        defer: Option<&mut Vec<(PathBuf, File)>>,
     ) -> Result<Recorded> {
         // One read-write descriptor reads the file and then appends the record; a file that
         // cannot be opened for writing is read without one (and left unannotated below).
@@ -452,20 +447,9 @@ impl Mailbox {
                         // inode (on ext4, creating files right after frees is slow, and that
                         // would slow producers too).
                         let tail = body::handling_tail(&bytes, format, extra);
-                        let appended = match (file, defer) {
-                            (Some(f), Some(files)) => self
-                                .io
-                                .append_to(&f, dest, &tail)
-                                .map(|()| files.push((dest.to_path_buf(), f))),
-                            (Some(f), None) => self
-                                .io
-                                .append_to(&f, dest, &tail)
-                                .and_then(|()| self.io.sync_data(&f, dest)),
-                            (None, Some(files)) => self
-                                .io
-                                .append_unsynced(dest, &tail)
-                                .map(|f| files.push((dest.to_path_buf(), f))),
-                            (None, None) => self.io.append(dest, &tail),
+                        let appended = match file {
+                            Some(f) => self.io.append_to(&f, dest, &tail),
+                            None => self.io.append_unsynced(dest, &tail).map(drop),
                         };
                         match appended {
                             Ok(()) => {}
