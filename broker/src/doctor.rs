@@ -43,7 +43,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             message,
         })
     };
-    let io = Io::new(&IoOptions::new());
+    let mut io = Io::new(&IoOptions::new());
     let layout = Layout::new(root);
     match io.stamp(root) {
         Err(e) => {
@@ -70,17 +70,18 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
         }
         Ok(Some(_)) => {}
     }
+    // Below the root, nothing is followed: what is planted there is seen as what it is.
+    if io.set_root(root).is_err() {
+        problem(root, "cannot open the root".into());
+        return out;
+    }
     for dir in LAYOUT {
         let p = root.join(dir);
         match io.stamp(&p).ok().flatten().map(|m| m.kind) {
             None => problem(&p, "missing; run `sigbox init` to create the layout".into()),
-            Some(EntryKind::Symlink) => problem(
-                &p,
-                "is a symlink: renames across it may leave the filesystem and lose atomicity; \
-                 make it a real directory"
-                    .into(),
-            ),
-            Some(EntryKind::File | EntryKind::Special) => problem(&p, "is not a directory".into()),
+            Some(kind @ (EntryKind::Symlink | EntryKind::File | EntryKind::Special)) => {
+                problem(&p, not_a_directory(kind));
+            }
             Some(EntryKind::Dir) => {
                 if !crate::sys::writable(&p) {
                     problem(
@@ -93,6 +94,39 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
                     );
                 }
             }
+        }
+    }
+    // The directories below the layout's own: slots, buffers, ack directories; and the
+    // presence locks, which must be plain files.
+    let entries = |dir: &Path| io.list(dir, true).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for top in [&layout.claimed, &layout.buffered, &layout.acks] {
+        for e in entries(top) {
+            dirs.push(top.join(&e.name));
+            if top == &layout.claimed && e.kind == EntryKind::Dir {
+                for slot in entries(&top.join(&e.name)) {
+                    dirs.push(top.join(&e.name).join(&slot.name));
+                }
+            }
+        }
+    }
+    for d in dirs {
+        if let Some(kind @ (EntryKind::Symlink | EntryKind::File | EntryKind::Special)) =
+            io.stamp(&d).ok().flatten().map(|m| m.kind)
+        {
+            problem(&d, not_a_directory(kind));
+        }
+    }
+    for e in entries(&layout.agents) {
+        if e.kind != EntryKind::File && e.name.to_string_lossy().ends_with(".lock") {
+            problem(
+                &layout.agents.join(&e.name),
+                format!(
+                    "is {} where a presence lock (a plain file) belongs: sigbox refuses to open \
+                     it, so that agent counts as absent; remove it",
+                    kind_name(e.kind)
+                ),
+            );
         }
     }
     if let (Some(a), Some(b)) = (
@@ -222,4 +256,24 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// What `kind` is, for a message.
+fn kind_name(kind: EntryKind) -> &'static str {
+    match kind {
+        EntryKind::Symlink => "a symlink",
+        EntryKind::File => "a regular file",
+        EntryKind::Dir => "a directory",
+        EntryKind::Special => "a FIFO, socket or device",
+    }
+}
+
+/// The finding for a layout directory that is something else.
+fn not_a_directory(kind: EntryKind) -> String {
+    format!(
+        "is {} where sigbox expects a directory: a security problem (a link here could lead \
+         outside the root); sigbox refuses it and touches nothing through it; remove it (sigbox \
+         makes the directory again)",
+        kind_name(kind)
+    )
 }

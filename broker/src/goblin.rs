@@ -94,9 +94,13 @@ impl Goblin {
                 "is a symlink: refusing to follow it out of the worktree",
             ));
         }
+        // Everything below the worktree is reached through its descriptor, never through a
+        // symlink (`.goblin/.consumed` and `.goblin/.stale` included).
+        let mut io = Io::new(io);
+        io.set_root(worktree)?;
         let g = Goblin {
             dir,
-            io: Io::new(io),
+            io,
             settle: Duration::from_secs(1),
             max_size: DEFAULT_MAX_FILE_SIZE,
         };

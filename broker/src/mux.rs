@@ -177,7 +177,8 @@ pub fn write_signal_with(
     format: MuxFormat,
     io: &IoOptions,
 ) -> Result<PathBuf> {
-    let io = Io::new(io);
+    let mut io = Io::new(io);
+    io.set_root(root)?;
     let file = signal_file(root, arg, status)?;
     let dir = file.parent().expect("signal files have a parent");
     io.create_dir_all_synced(dir, Some(root))?;

@@ -502,6 +502,14 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
     let mbs: Vec<Mailbox> = (0..rounds)
         .map(|r| o.init(dir.join(format!("signals{r}"))).unwrap())
         .collect();
+    // A checkpoint loop's first pass makes the agent's claim slot (two new directories, each
+    // synced with its parent); every later pass reuses it. Each mailbox makes its slot before
+    // anything is timed, as the floor makes its in-flight directory in its set-up.
+    for mb in &mbs {
+        mb.send(&to("Executor")).unwrap();
+        assert_eq!(mb.pass("Executor", None).unwrap().delivered.len(), 1);
+        assert_eq!(mb.ack("Executor").unwrap(), 1);
+    }
     let fls: Vec<PathBuf> = (0..rounds)
         .map(|r| {
             let fl = dir.join(format!("floor{r}"));

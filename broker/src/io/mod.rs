@@ -5,7 +5,7 @@
 //! faults, or freeze the filesystem at the n-th step to simulate a crash. Nothing else in the
 //! crate touches the filesystem for writing.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -154,7 +154,13 @@ pub(crate) struct Io {
     rename_lock: Option<PathBuf>,
     /// Whether the rename lock's failure was already reported.
     lock_warned: AtomicBool,
+    /// The directory every path below it is resolved from, never through a symlink
+    /// ([`Io::set_root`]); paths outside it are used as given.
+    root: Option<sys::Root>,
 }
+
+/// Where a path lives: the directory holding it (opened beneath the root) and its name.
+type Place<'r, 'p> = (sys::Dir<'r>, &'p std::ffi::OsStr);
 
 impl Io {
     pub(crate) fn new(opts: &IoOptions) -> Io {
@@ -169,7 +175,58 @@ impl Io {
             ),
             rename_lock: None,
             lock_warned: AtomicBool::new(false),
+            root: None,
         }
+    }
+
+    /// Resolves every later path below `path` through a descriptor of it, never following a
+    /// symlink at any component beneath it (spec/mailbox.md §1, "Beneath the root").
+    pub(crate) fn set_root(&mut self, path: &Path) -> Result<()> {
+        self.root = Some(sys::Root::open(path).map_err(|e| Error::io(path, "cannot open", e))?);
+        Ok(())
+    }
+
+    /// The directory holding `path`, and its name; an error names the first component beneath
+    /// the root that is a symlink or not a directory.
+    fn place<'p>(&self, path: &'p Path) -> Result<Place<'_, 'p>> {
+        sys::place(self.root.as_ref(), path).map_err(|e| self.resolve_error(path, e, true))
+    }
+
+    /// The directory `path` itself, opened as [`Io::place`] opens a parent.
+    fn dir(&self, path: &Path) -> Result<sys::Dir<'_>> {
+        sys::dir_at(self.root.as_ref(), path).map_err(|e| self.resolve_error(path, e, false))
+    }
+
+    /// The error for a path that cannot be resolved: a layout component that is a symlink or
+    /// not a directory is refused by name ([`ErrorKind::PathEscape`]); anything else is the OS
+    /// error (`NotFound` included, which callers read as "gone").
+    fn resolve_error(&self, path: &Path, e: io::Error, parent: bool) -> Error {
+        use rustix::io::Errno;
+        let refused = [Errno::LOOP, Errno::NOTDIR, Errno::XDEV]
+            .iter()
+            .any(|c| e.raw_os_error() == Some(c.raw_os_error()));
+        let (Some(root), true) = (&self.root, refused) else {
+            return Error::io(path, "cannot open directory", e);
+        };
+        // The first component below the root that is not a real directory, for the message.
+        let mut at = root.path().to_path_buf();
+        let below = root.rel(path).unwrap_or(path);
+        let mut comps: Vec<_> = below.components().collect();
+        if parent {
+            comps.pop();
+        }
+        for c in comps {
+            at.push(c);
+            if !std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_dir()) {
+                break;
+            }
+        }
+        Error::new(
+            ErrorKind::PathEscape,
+            Some(&at),
+            "is a symlink or not a directory: sigbox never follows a link beneath the root and \
+             touches nothing through it; make it a real directory (`sigbox doctor` lists such paths)",
+        )
     }
 
     /// Makes every portable no-clobber rename of this handle hold a `flock` on `dir`: one lock
@@ -189,7 +246,7 @@ impl Io {
     fn apply_mode(&self, path: &Path, mode: u32, file: Option<&File>) -> Result<()> {
         self.effect(FsOp::SetMode(path, mode), || match file {
             Some(f) => sys::set_mode_file(f, mode),
-            None => sys::set_mode_path(path, mode),
+            None => sys::dir_at(self.root.as_ref(), path).and_then(|d| sys::set_mode_dir(&d, mode)),
         })
         .map_err(|e| Error::io(path, &format!("cannot set mode {mode:o}"), e))
     }
@@ -229,14 +286,18 @@ impl Io {
     /// `mkdir`; `Ok(false)` when the directory already exists.
     pub(crate) fn create_dir(&self, path: &Path) -> Result<bool> {
         self.check_poison(path)?;
-        match self.effect(FsOp::CreateDir(path), || fs::create_dir(path)) {
+        let (dir, name) = self.place(path)?;
+        match self.effect(FsOp::CreateDir(path), || sys::mkdir_at(&dir, name, 0o777)) {
             Ok(()) => {
                 if let Some((dirs, _)) = self.shared_modes {
                     self.apply_mode(path, dirs, None)?;
                 }
                 Ok(true)
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && self.is_dir(path) => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Err(self.resolve_error(path, rustix::io::Errno::NOTDIR.into(), false))
+            }
             Err(e) => Err(Error::io(path, "cannot create directory", e)),
         }
     }
@@ -249,7 +310,7 @@ impl Io {
         let mut missing = Vec::new();
         let mut d = dir;
         while !d.as_os_str().is_empty()
-            && !d.exists()
+            && self.stamp(d).is_ok_and(|s| s.is_none())
             && base.is_none_or(|b| d.starts_with(b) && d != b)
         {
             missing.push(d);
@@ -286,9 +347,17 @@ impl Io {
     /// A failed fsync poisons the handle.
     pub(crate) fn write_new(&self, path: &Path, data: &[u8]) -> Result<()> {
         self.check_poison(path)?;
+        let (dir, name) = self.place(path)?;
         let mut file = self
             .effect(FsOp::CreateFile(path), || {
-                OpenOptions::new().write(true).create_new(true).open(path)
+                sys::open_at(
+                    &dir,
+                    name,
+                    rustix::fs::OFlags::WRONLY
+                        | rustix::fs::OFlags::CREATE
+                        | rustix::fs::OFlags::EXCL,
+                    0o666,
+                )
             })
             .map_err(|e| Error::io(path, "cannot create file", e))?;
         if let Some((_, files)) = self.shared_modes {
@@ -303,8 +372,14 @@ impl Io {
     /// (the caller may [`Io::sync_data`] the returned file).
     pub(crate) fn append_unsynced(&self, path: &Path, data: &[u8]) -> Result<File> {
         self.check_poison(path)?;
-        let mut file =
-            sys::open_append(path).map_err(|e| Error::io(path, "cannot open for append", e))?;
+        let (dir, name) = self.place(path)?;
+        let mut file = sys::open_at(
+            &dir,
+            name,
+            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::APPEND,
+            0,
+        )
+        .map_err(|e| Error::io(path, "cannot open for append", e))?;
         self.effect(FsOp::Write(path, data), || file.write_all(data))
             .map_err(|e| Error::io(path, "cannot append", e))?;
         Ok(file)
@@ -351,7 +426,9 @@ impl Io {
     /// fsync before it claims anything, so that running out of descriptors can stop it only
     /// before a claim, never between a claim and its commit.
     pub(crate) fn open_dir(&self, path: &Path) -> Result<File> {
-        sys::open_dir(path).map_err(|e| Error::io(path, "cannot open directory", e))
+        self.dir(path)?
+            .into_file()
+            .map_err(|e| Error::io(path, "cannot open directory", e))
     }
 
     /// [`Io::sync_dir`] of a directory opened by [`Io::open_dir`]. A failed fsync poisons the
@@ -382,15 +459,14 @@ impl Io {
         };
         match self.effect(op, || self.rename_exclusive(from, to)) {
             Ok(()) => Ok(Renamed::Done),
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !parent_missing(from, to) => {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !self.parent_missing(from, to) => {
                 Ok(Renamed::SourceGone)
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Renamed::DestExists),
-            Err(e) => Err(Error::io(
-                from,
-                &format!("cannot rename to {}", to.display()),
-                e,
-            )),
+            Err(e) => Err(match e.downcast::<Error>() {
+                Ok(refused) => refused,
+                Err(e) => Error::io(from, &format!("cannot rename to {}", to.display()), e),
+            }),
         }
     }
 
@@ -400,8 +476,11 @@ impl Io {
     /// one finds it taken; `rename` itself gives one winner per source. One name at every
     /// instant: no `link` + `unlink`, so no moment and no crash leaves a second claimable link.
     fn rename_exclusive(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let src = self.place_io(from)?;
+        let dst = self.place_io(to)?;
+        let (src, dst) = ((&src.0, src.1), (&dst.0, dst.1));
         if !self.portable.load(Ordering::Relaxed) {
-            if sys::rename_noreplace(from, to)? {
+            if sys::rename_noreplace_at(src, dst)? {
                 return Ok(());
             }
             self.portable.store(true, Ordering::Relaxed);
@@ -411,7 +490,10 @@ impl Io {
             Some(d) => d.as_path(),
             None => to.parent().unwrap_or(Path::new(".")),
         };
-        let _held = match sys::open_dir(dir).and_then(|f| f.lock().map(|()| f)) {
+        let _held = match sys::dir_at(self.root.as_ref(), dir)
+            .and_then(sys::Dir::into_file)
+            .and_then(|f| f.lock().map(|()| f))
+        {
             Ok(f) => Some(f),
             Err(e) if sys::is_transient(&e) => return Err(e),
             Err(e) => {
@@ -425,7 +507,17 @@ impl Io {
                 None
             }
         };
-        sys::rename_checked(from, to)
+        sys::rename_checked_at(src, dst)
+    }
+
+    /// [`Io::place`] inside an effect: a refusal travels as an `io::Error` carrying the
+    /// [`Error`] (taken back out by the caller), `NotFound` as itself.
+    fn place_io<'p>(&self, path: &'p Path) -> io::Result<Place<'_, 'p>> {
+        self.place(path)
+            .map_err(|e| match e.io_error().map(io::Error::kind) {
+                Some(io::ErrorKind::NotFound) => io::ErrorKind::NotFound.into(),
+                _ => io::Error::other(e),
+            })
     }
 
     /// Renames, replacing the destination; only for files this handle owns.
@@ -436,23 +528,32 @@ impl Io {
             to,
             noreplace: false,
         };
-        self.effect(op, || fs::rename(from, to))
-            .map_err(|e| Error::io(from, &format!("cannot rename to {}", to.display()), e))
+        self.effect(op, || {
+            let (src, dst) = (self.place_io(from)?, self.place_io(to)?);
+            sys::rename_at((&src.0, src.1), (&dst.0, dst.1))
+        })
+        .map_err(|e| match e.downcast::<Error>() {
+            Ok(refused) => refused,
+            Err(e) => Error::io(from, &format!("cannot rename to {}", to.display()), e),
+        })
     }
 
     /// Opens (creating if needed) a presence lock file. `flock` works on a read-only descriptor,
     /// so a lock file another user created (and may not have made writable) is opened
     /// read-only; one this handle creates gets the shared mode in a shared mailbox.
     pub(crate) fn open_lock(&self, path: &Path) -> Result<File> {
+        let (dir, name) = self.place(path)?;
         self.effect(FsOp::OpenLock(path), || {
-            match OpenOptions::new().write(true).create_new(true).open(path) {
+            let create =
+                rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
+            match sys::open_at(&dir, name, create, 0o666) {
                 Ok(f) => {
                     if let Some((_, files)) = self.shared_modes {
                         sys::set_mode_file(&f, files)?;
                     }
                     Ok(f)
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => open_lock_file(path),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => open_lock_file(&dir, name),
                 Err(e) => Err(e),
             }
         })
@@ -465,10 +566,17 @@ impl Io {
     /// dies releases it. Not an effect: locks do not survive a crash and change nothing on
     /// disk.
     pub(crate) fn lock_dir(&self, path: &Path) -> Result<Option<File>> {
-        let file = match sys::open_dir_nofollow(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(path, "cannot open directory", e)),
+        let file = match self.dir(path) {
+            Ok(d) => d
+                .into_file()
+                .map_err(|e| Error::io(path, "cannot open directory", e))?,
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
         };
         match file.try_lock() {
             Ok(()) => Ok(Some(file)),
@@ -477,16 +585,24 @@ impl Io {
         }
     }
 
-    /// True when `path` is a directory, following a final symlink (`stat`).
+    /// True when `path` is a real directory (beneath the root: reached without a symlink and
+    /// not itself one).
     pub(crate) fn is_dir(&self, path: &Path) -> bool {
-        path.is_dir()
+        self.stamp(path)
+            .is_ok_and(|s| s.is_some_and(|s| s.kind == sys::EntryKind::Dir))
     }
 
     /// True when another open file description holds a lock on `path` (a non-blocking
     /// exclusive `flock` fails); false when nobody does or the file cannot be opened. Takes
     /// and releases the lock at once.
     pub(crate) fn is_locked(&self, path: &Path) -> bool {
-        let Ok(file) = open_lock_file(path) else {
+        let Ok(file) = self
+            .place(path)
+            .ok()
+            .map_or(Err(io::ErrorKind::NotFound.into()), |(d, n)| {
+                open_lock_file(&d, n)
+            })
+        else {
             return false;
         };
         matches!(file.try_lock(), Err(fs::TryLockError::WouldBlock))
@@ -495,21 +611,35 @@ impl Io {
     /// `unlink`; `Ok(false)` when the file is already gone.
     pub(crate) fn remove(&self, path: &Path) -> Result<bool> {
         self.check_poison(path)?;
-        match self.effect(FsOp::Remove(path), || fs::remove_file(path)) {
+        match self.effect(FsOp::Remove(path), || {
+            let (dir, name) = self.place_io(path)?;
+            sys::unlink_at(&dir, name)
+        }) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(Error::io(path, "cannot remove", e)),
+            Err(e) => Err(match e.downcast::<Error>() {
+                Ok(refused) => refused,
+                Err(e) => Error::io(path, "cannot remove", e),
+            }),
         }
     }
 
     /// Lists a directory. A missing directory lists as empty when `missing_ok`.
     pub(crate) fn list(&self, dir: &Path, missing_ok: bool) -> Result<Vec<Entry>> {
         let mut out = Vec::new();
-        match sys::list_dir(dir, |name, kind| out.push(Entry { name, kind })) {
-            Ok(()) => Ok(out),
-            Err(e) if missing_ok && e.kind() == io::ErrorKind::NotFound && out.is_empty() => {
-                Ok(out)
+        let fd = match self.dir(dir) {
+            Ok(fd) => fd,
+            Err(e)
+                if missing_ok
+                    && e.io_error()
+                        .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                return Ok(out);
             }
+            Err(e) => return Err(e),
+        };
+        match sys::list_fd(&fd, |name, kind| out.push(Entry { name, kind })) {
+            Ok(()) => Ok(out),
             Err(e) => Err(Error::io(dir, "cannot list directory", e)),
         }
     }
@@ -518,7 +648,17 @@ impl Io {
     /// blocks on a FIFO, refuses anything but a regular file with one link, and reads at most
     /// `cap` bytes.
     pub(crate) fn read_untrusted(&self, path: &Path, cap: u64) -> Result<ReadOutcome> {
-        let file = match sys::open_nofollow(path) {
+        let (dir, name) = match self.place(path) {
+            Ok(p) => p,
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                return Ok(ReadOutcome::Gone);
+            }
+            Err(e) => return Err(e),
+        };
+        let file = match sys::open_untrusted_at(&dir, name, rustix::fs::OFlags::RDONLY) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ReadOutcome::Gone),
             Err(e) if is_symlink_error(&e) => return Ok(ReadOutcome::NotRegular("a symlink")),
@@ -538,7 +678,18 @@ impl Io {
         path: &Path,
         cap: u64,
     ) -> Result<(ReadOutcome, Option<File>)> {
-        let file = match sys::open_read_append(path) {
+        let (dir, name) = match self.place(path) {
+            Ok(p) => p,
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                return Ok((ReadOutcome::Gone, None));
+            }
+            Err(e) => return Err(e),
+        };
+        let access = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::APPEND;
+        let file = match sys::open_untrusted_at(&dir, name, access) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((ReadOutcome::Gone, None)),
             Err(e) if sys::is_transient(&e) => return Err(Error::io(path, "cannot open", e)),
@@ -559,18 +710,42 @@ impl Io {
 
     /// `lstat`, as a [`Stamp`]; `None` when the file is gone.
     pub(crate) fn stamp(&self, path: &Path) -> Result<Option<Stamp>> {
-        match fs::symlink_metadata(path) {
-            Ok(m) => Ok(Some(sys::stamp(&m))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(path, "cannot stat", e)),
+        let r = match self.root.as_ref().and_then(|r| r.rel(path)) {
+            // The root itself: as opened.
+            Some(rel) if rel.as_os_str().is_empty() => self
+                .dir(path)
+                .and_then(|d| sys::stat_dir(&d).map_err(|e| Error::io(path, "cannot stat", e)))
+                .map(Some),
+            _ => match self.place(path) {
+                Ok((dir, name)) => sys::stat_at(&dir, name)
+                    .map(Some)
+                    .map_err(|e| Error::io(path, "cannot stat", e)),
+                Err(e) => Err(e),
+            },
+        };
+        match r {
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                Ok(None)
+            }
+            other => other,
         }
+    }
+
+    /// `rename` reports `ENOENT` both for a vanished source and a missing destination
+    /// directory; only the first is a lost race.
+    fn parent_missing(&self, from: &Path, to: &Path) -> bool {
+        let missing = |p: &Path| p.parent().is_some_and(|d| !self.is_dir(d));
+        missing(from) || missing(to)
     }
 }
 
 /// Opens an existing presence lock file: never through a symlink, never blocking (a FIFO
 /// planted there would hang every pass), and only a regular file.
-fn open_lock_file(path: &Path) -> io::Result<File> {
-    let file = sys::open_nofollow(path)?;
+fn open_lock_file(dir: &sys::Dir<'_>, name: &std::ffi::OsStr) -> io::Result<File> {
+    let file = sys::open_untrusted_at(dir, name, rustix::fs::OFlags::RDONLY)?;
     if !file.metadata()?.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -578,13 +753,6 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
         ));
     }
     Ok(file)
-}
-
-/// `rename` reports `ENOENT` both for a vanished source and a missing destination directory;
-/// only the first is a lost race.
-fn parent_missing(from: &Path, to: &Path) -> bool {
-    let missing = |p: &Path| p.parent().is_some_and(|d| !d.is_dir());
-    missing(from) || missing(to)
 }
 
 fn is_symlink_error(e: &io::Error) -> bool {

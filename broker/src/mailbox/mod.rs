@@ -86,15 +86,40 @@ fn lossy(name: &OsStr) -> String {
 impl MailboxOptions {
     /// Opens an existing mailbox at `root`.
     pub fn open(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
-        let mb = Mailbox::new(root.as_ref(), self.clone());
-        for dir in REQUIRED {
-            let p = mb.layout.root.join(dir);
-            if !mb.io.is_dir(&p) {
+        let mut mb = Mailbox::new(root.as_ref(), self.clone());
+        if let Err(e) = mb.io.set_root(root.as_ref()) {
+            if e.io_error()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            {
                 return Err(Error::new(
                     ErrorKind::NotInitialized,
-                    Some(&p),
+                    Some(&mb.layout.inputs),
                     "missing: not a sigbox mailbox (run `sigbox init`)",
                 ));
+            }
+            return Err(e);
+        }
+        // Every layout directory there is must be a real one: a symlink or a file in its place
+        // is refused by name, and nothing below it is touched.
+        for dir in LAYOUT {
+            let p = mb.layout.root.join(dir);
+            match mb.io.stamp(&p)? {
+                None if REQUIRED.contains(&dir) => {
+                    return Err(Error::new(
+                        ErrorKind::NotInitialized,
+                        Some(&p),
+                        "missing: not a sigbox mailbox (run `sigbox init`)",
+                    ));
+                }
+                Some(s) if s.kind != EntryKind::Dir => {
+                    return Err(Error::new(
+                        ErrorKind::PathEscape,
+                        Some(&p),
+                        "is a symlink or not a directory: sigbox never follows a link beneath \
+                         the root and touches nothing through it; make it a real directory",
+                    ));
+                }
+                _ => {}
             }
         }
         Ok(mb)
@@ -109,6 +134,7 @@ impl MailboxOptions {
             mb.io.set_shared(SHARED_DIR_MODE, SHARED_FILE_MODE);
         }
         mb.io.create_dir_all_synced(&mb.layout.root, None)?;
+        mb.io.set_root(root.as_ref())?;
         // Each new directory's own entries first, then the root's entries, once.
         let mut created = false;
         for sub in LAYOUT {

@@ -1,110 +1,41 @@
 //! Unix implementation of the platform layer.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::path::Path;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 
 use super::{EntryKind, Stamp};
 
-/// Renames `from` to `to` with `renameat2(RENAME_NOREPLACE)`, failing with `AlreadyExists`
-/// instead of replacing `to`. `Ok(false)` when the filesystem (FUSE, the Linux NFS client) or
-/// the platform does not support the flag: nothing happened, and the caller uses
-/// [`rename_checked`] under a lock instead.
-pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<bool> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        use rustix::fs::{CWD, RenameFlags, renameat_with};
-        match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
-            Ok(()) => Ok(true),
-            Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => Ok(false),
-            Err(e) => Err(e.into()),
-        }
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        let _ = (from, to);
-        Ok(false)
-    }
-}
-
-/// The portable no-clobber rename: `lstat(to)`, then `rename(from, to)` when nothing is there.
-///
-/// `rename(2)` is exclusive on its source on every filesystem (of two renames of one name, one
-/// gets `ENOENT`) and leaves one name at every instant, even across a crash; only its
-/// destination is not exclusive, so the caller holds a lock that every no-clobber rename into
-/// the same place takes ([`crate::io::Io`]). Never `link` + `unlink`: that leaves a moment,
-/// and after a crash a state, where the file has two names, and so two claimable copies.
-pub(crate) fn rename_checked(from: &Path, to: &Path) -> io::Result<()> {
-    match std::fs::symlink_metadata(to) {
-        Ok(_) => return Err(io::ErrorKind::AlreadyExists.into()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    std::fs::rename(from, to)
-}
-
-/// Opens a file for reading without following a final symlink, without blocking on a FIFO and
-/// without ever making a terminal the controlling one.
-pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
-    open_untrusted(path, OFlags::RDONLY)
-}
-
-/// [`open_nofollow`], read-write and appending: one descriptor to read a claimed file and then
-/// append its handling record. A directory fails here with `EISDIR`; callers fall back to
-/// [`open_nofollow`] on any failure but `ENOENT`.
-pub(crate) fn open_read_append(path: &Path) -> io::Result<File> {
-    open_untrusted(path, OFlags::RDWR | OFlags::APPEND)
-}
-
-/// Opens a file in a directory strangers write to, with `access` and the flags that make that
-/// safe: no symlink followed, no blocking on a FIFO, no controlling terminal.
-///
-/// On Linux it also asks for `O_NOATIME`: sigbox's reads leave the access time alone, which
-/// spares the filesystem an inode update on the first read of every new file (under
-/// `relatime`). Only the file's owner may ask for it: for another user's file (`EPERM`) the
-/// open is retried without it.
-fn open_untrusted(path: &Path, access: OFlags) -> io::Result<File> {
-    let flags = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    match rustix::fs::open(path, flags | OFlags::NOATIME, Mode::empty()) {
-        Err(rustix::io::Errno::PERM) => {}
-        other => return Ok(File::from(other?)),
-    }
-    Ok(File::from(rustix::fs::open(path, flags, Mode::empty())?))
-}
-
-/// Opens an existing file for appending, without following a final symlink.
-pub(crate) fn open_append(path: &Path) -> io::Result<File> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(File::from(fd))
-}
-
-/// Lists a directory: each entry's name and kind, without `.` and `..`.
-///
-/// On Linux this is one `open` and `getdents64` into a 32 KiB buffer: no `fstat` (which
-/// `opendir` adds) and no allocation per entry beyond its name. The kind comes from `d_type`,
-/// or from an `lstat` where the filesystem does not fill it in.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+/// Lists a directory by path (see [`list_fd`]); the tests' way in.
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 pub(crate) fn list_dir(
     dir: &Path,
+    each: impl FnMut(std::ffi::OsString, EntryKind),
+) -> io::Result<()> {
+    let fd = rustix::fs::open(dir, DIR_FLAGS, Mode::empty())?;
+    list_fd(&fd, each)
+}
+
+/// Lists a directory already open (and not yet read from): each entry's name and kind,
+/// without `.` and `..`.
+///
+/// On Linux this is `getdents64` into a 32 KiB buffer: no `fstat` (which `opendir` adds) and
+/// no allocation per entry beyond its name. The kind comes from `d_type`, or from an `lstat`
+/// where the filesystem does not fill it in.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn list_fd(
+    fd: &impl AsFd,
     mut each: impl FnMut(std::ffi::OsString, EntryKind),
 ) -> io::Result<()> {
-    use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
 
     use rustix::fs::{AtFlags, FileType, RawDir, statat};
 
-    let fd = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+    let fd = fd.as_fd();
     let mut buf = Vec::with_capacity(32 * 1024);
     let mut entries = RawDir::new(&fd, buf.spare_capacity_mut());
     while let Some(entry) = entries.next() {
@@ -114,7 +45,7 @@ pub(crate) fn list_dir(
             continue;
         }
         let kind = kind_of(entry.file_type(), || {
-            statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)
                 .map(|st| FileType::from_raw_mode(st.st_mode))
         });
         each(OsStr::from_bytes(name.to_bytes()).to_os_string(), kind);
@@ -143,33 +74,35 @@ fn kind_of(
     }
 }
 
-/// Lists a directory: each entry's name and kind.
+/// Lists a directory already open: each entry's name and kind.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub(crate) fn list_dir(
-    dir: &Path,
-    each: impl FnMut(std::ffi::OsString, EntryKind),
+pub(crate) fn list_fd(
+    fd: &impl AsFd,
+    mut each: impl FnMut(std::ffi::OsString, EntryKind),
 ) -> io::Result<()> {
-    super::list_dir_std(dir, each)
+    use std::os::unix::ffi::OsStrExt;
+    let dir = rustix::fs::Dir::read_from(fd)?;
+    for entry in dir {
+        let entry = entry?;
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let kind = kind_of_type(entry.file_type());
+        each(OsStr::from_bytes(name.to_bytes()).to_os_string(), kind);
+    }
+    Ok(())
 }
 
-/// Opens a directory so that it can be fsynced.
-pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(File::from(fd))
-}
-
-/// Opens a directory without following a final symlink (`ELOOP` / `ENOTDIR` then).
-pub(crate) fn open_dir_nofollow(path: &Path) -> io::Result<File> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(File::from(fd))
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn kind_of_type(ft: rustix::fs::FileType) -> EntryKind {
+    use rustix::fs::FileType;
+    match ft {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Dir,
+        FileType::Symlink => EntryKind::Symlink,
+        _ => EntryKind::Special,
+    }
 }
 
 /// A file's [`Stamp`] from its metadata.
@@ -255,13 +188,6 @@ pub(crate) fn set_mode_file(f: &File, mode: u32) -> io::Result<()> {
     f.set_permissions(std::fs::Permissions::from_mode(mode))
 }
 
-/// `chmod` (of a directory this process just created; never followed through a symlink,
-/// since `mkdir` made it).
-pub(crate) fn set_mode_path(path: &Path, mode: u32) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-}
-
 /// True when a mailbox root is shared: setgid and group-writable (what `init --shared` makes).
 pub(crate) fn is_shared_dir(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -305,6 +231,277 @@ pub(crate) fn open_files_limit() -> Option<u64> {
 /// True for "permission denied".
 pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied
+}
+
+/// A directory that every path below it is resolved from, through its descriptor: never
+/// through a symlink at any component, never out of it (spec/mailbox.md §1, "Beneath the
+/// root"). The root's own path may hold symlinks (the user chose it); nothing below it may.
+pub(crate) struct Root {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+/// A directory descriptor: the root's own, one opened beneath it, or (outside any root) one
+/// opened by path.
+pub(crate) enum Dir<'r> {
+    Root(BorrowedFd<'r>),
+    Owned(OwnedFd),
+}
+
+impl AsFd for Dir<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Dir::Root(fd) => *fd,
+            Dir::Owned(fd) => fd.as_fd(),
+        }
+    }
+}
+
+impl Dir<'_> {
+    /// The descriptor as a [`File`] of its own (for `fsync` and `flock`).
+    pub(crate) fn into_file(self) -> io::Result<File> {
+        Ok(match self {
+            Dir::Root(fd) => File::from(fd.try_clone_to_owned()?),
+            Dir::Owned(fd) => File::from(fd),
+        })
+    }
+}
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+impl Root {
+    /// Opens the directory at `path` as a root.
+    pub(crate) fn open(path: &Path) -> io::Result<Root> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(path, flags, Mode::empty())?;
+        Ok(Root {
+            path: path.to_path_buf(),
+            fd,
+        })
+    }
+
+    /// The root's path, as given.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `p` relative to the root when it is the root or below it.
+    pub(crate) fn rel<'p>(&self, p: &'p Path) -> Option<&'p Path> {
+        p.strip_prefix(&self.path).ok()
+    }
+
+    /// Opens the directory `rel` beneath the root without following a symlink at any
+    /// component: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` on Linux, else (or where the
+    /// kernel refuses it) a walk of `openat(O_NOFOLLOW | O_DIRECTORY)`, one component at a
+    /// time. A symlink gives `ELOOP`, anything else that is not a directory `ENOTDIR`.
+    pub(crate) fn dir(&self, rel: &Path) -> io::Result<Dir<'_>> {
+        use std::path::Component;
+        if rel.as_os_str().is_empty() {
+            return Ok(Dir::Root(self.fd.as_fd()));
+        }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            use rustix::fs::{ResolveFlags, openat2};
+            use rustix::io::Errno;
+            let how =
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+            for _ in 0..4 {
+                match openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), how) {
+                    Ok(fd) => return Ok(Dir::Owned(fd)),
+                    // A rename elsewhere in the filesystem during the lookup: try again.
+                    Err(Errno::AGAIN) => continue,
+                    // No openat2 (before Linux 5.6) or a sandbox that forbids it: walk.
+                    Err(Errno::NOSYS | Errno::PERM) => break,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        let mut cur: Option<OwnedFd> = None;
+        for comp in rel.components() {
+            match comp {
+                Component::Normal(name) => {
+                    let at = cur.as_ref().map_or(self.fd.as_fd(), AsFd::as_fd);
+                    cur = Some(rustix::fs::openat(at, name, DIR_FLAGS, Mode::empty())?);
+                }
+                Component::CurDir => {}
+                _ => return Err(rustix::io::Errno::XDEV.into()),
+            }
+        }
+        Ok(cur.map_or(Dir::Root(self.fd.as_fd()), Dir::Owned))
+    }
+}
+
+/// The directory holding `path` and its last component: beneath `root` when `path` is below
+/// it, else opened by path (following symlinks, as any program would: a path outside every
+/// root is the caller's).
+pub(crate) fn place<'r, 'p>(
+    root: Option<&'r Root>,
+    path: &'p Path,
+) -> io::Result<(Dir<'r>, &'p OsStr)> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let parent = path.parent().unwrap_or(Path::new(""));
+    if let Some(rel) = root.and_then(|r| r.rel(parent).map(|rel| (r, rel))) {
+        return Ok((rel.0.dir(rel.1)?, name));
+    }
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok((
+        Dir::Owned(rustix::fs::open(parent, flags, Mode::empty())?),
+        name,
+    ))
+}
+
+/// The directory `path` itself, opened as [`place`] opens a parent (never through a symlink
+/// beneath the root; outside it, not through a final symlink).
+pub(crate) fn dir_at<'r>(root: Option<&'r Root>, path: &Path) -> io::Result<Dir<'r>> {
+    if let Some((r, rel)) = root.and_then(|r| r.rel(path).map(|rel| (r, rel))) {
+        if rel.as_os_str().is_empty() {
+            // A description of its own: listing or locking must not share the root's.
+            return Ok(Dir::Owned(rustix::fs::openat(
+                &r.fd,
+                ".",
+                DIR_FLAGS,
+                Mode::empty(),
+            )?));
+        }
+        return r.dir(rel);
+    }
+    Ok(Dir::Owned(rustix::fs::open(
+        path,
+        DIR_FLAGS,
+        Mode::empty(),
+    )?))
+}
+
+/// `openat(dir, name, flags)` with the flags every open of sigbox adds: `O_NOFOLLOW`,
+/// `O_CLOEXEC`.
+pub(crate) fn open_at(dir: &Dir<'_>, name: &OsStr, flags: OFlags, mode: u32) -> io::Result<File> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// Opens `name` in `dir` for reading as [`open_nofollow`] does (no symlink, no blocking, no
+/// controlling terminal, no access-time update where allowed).
+pub(crate) fn open_untrusted_at(dir: &Dir<'_>, name: &OsStr, access: OFlags) -> io::Result<File> {
+    let flags = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    match rustix::fs::openat(dir, name, flags | OFlags::NOATIME, Mode::empty()) {
+        Err(rustix::io::Errno::PERM) => {}
+        other => return Ok(File::from(other?)),
+    }
+    Ok(File::from(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        Mode::empty(),
+    )?))
+}
+
+/// `renameat2(RENAME_NOREPLACE)` between two directories; `Ok(false)` where the filesystem or
+/// the platform refuses the flag (see [`rename_noreplace`]).
+pub(crate) fn rename_noreplace_at(
+    from: (&Dir<'_>, &OsStr),
+    to: (&Dir<'_>, &OsStr),
+) -> io::Result<bool> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::fs::{RenameFlags, renameat_with};
+        match renameat_with(from.0, from.1, to.0, to.1, RenameFlags::NOREPLACE) {
+            Ok(()) => Ok(true),
+            Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (from, to);
+        Ok(false)
+    }
+}
+
+/// [`rename_checked`] between two directories: `lstat` of the destination, then `renameat`.
+pub(crate) fn rename_checked_at(
+    from: (&Dir<'_>, &OsStr),
+    to: (&Dir<'_>, &OsStr),
+) -> io::Result<()> {
+    match stat_at(to.0, to.1) {
+        Ok(_) => return Err(io::ErrorKind::AlreadyExists.into()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    rename_at(from, to)
+}
+
+/// `renameat`, replacing the destination.
+pub(crate) fn rename_at(from: (&Dir<'_>, &OsStr), to: (&Dir<'_>, &OsStr)) -> io::Result<()> {
+    Ok(rustix::fs::renameat(from.0, from.1, to.0, to.1)?)
+}
+
+/// `unlinkat` of a file.
+pub(crate) fn unlink_at(dir: &Dir<'_>, name: &OsStr) -> io::Result<()> {
+    Ok(rustix::fs::unlinkat(
+        dir,
+        name,
+        rustix::fs::AtFlags::empty(),
+    )?)
+}
+
+/// `mkdirat`.
+pub(crate) fn mkdir_at(dir: &Dir<'_>, name: &OsStr, mode: u32) -> io::Result<()> {
+    Ok(rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode))?)
+}
+
+/// `fstatat(AT_SYMLINK_NOFOLLOW)` as a [`Stamp`].
+pub(crate) fn stat_at(dir: &Dir<'_>, name: &OsStr) -> io::Result<Stamp> {
+    let st = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(stamp_of(&st))
+}
+
+/// `fstat` of a directory descriptor as a [`Stamp`].
+pub(crate) fn stat_dir(dir: &Dir<'_>) -> io::Result<Stamp> {
+    Ok(stamp_of(&rustix::fs::fstat(dir)?))
+}
+
+fn stamp_of(st: &rustix::fs::Stat) -> Stamp {
+    use rustix::fs::FileType;
+    let kind = match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Dir,
+        FileType::Symlink => EntryKind::Symlink,
+        _ => EntryKind::Special,
+    };
+    // The field widths differ between targets.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Stamp {
+        kind,
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+        size: st.st_size as u64,
+        nlink: st.st_nlink as u64,
+        mtime_ns: i128::from(st.st_mtime as i64) * 1_000_000_000
+            + i128::from(st.st_mtime_nsec as i64),
+        ctime_ns: i128::from(st.st_ctime as i64) * 1_000_000_000
+            + i128::from(st.st_ctime_nsec as i64),
+    }
+}
+
+/// `fchmod` of a directory descriptor.
+pub(crate) fn set_mode_dir(dir: &Dir<'_>, mode: u32) -> io::Result<()> {
+    Ok(rustix::fs::fchmod(dir, Mode::from_raw_mode(mode))?)
 }
 
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
