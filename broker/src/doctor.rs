@@ -43,7 +43,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             message,
         })
     };
-    let mut io = Io::new(&IoOptions::new());
+    let io = Io::new(&IoOptions::new());
     let layout = Layout::new(root);
     match io.stamp(root) {
         Err(e) => {

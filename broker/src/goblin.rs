@@ -96,7 +96,7 @@ impl Goblin {
         }
         // Everything below the worktree is reached through its descriptor, never through a
         // symlink (`.goblin/.consumed` and `.goblin/.stale` included).
-        let mut io = Io::new(io);
+        let io = Io::new(io);
         io.set_root(worktree)?;
         let g = Goblin {
             dir,

@@ -12,6 +12,7 @@ use crate::atomic::{self, Clobber};
 use crate::clock::{self, DEFAULT_MAX_FILE_SIZE, Precision};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{Io, IoOptions, ReadOutcome};
+use crate::sys::EntryKind;
 
 /// A signal's outcome: the file suffix follows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,7 +178,7 @@ pub fn write_signal_with(
     format: MuxFormat,
     io: &IoOptions,
 ) -> Result<PathBuf> {
-    let mut io = Io::new(io);
+    let io = Io::new(io);
     io.set_root(root)?;
     let file = signal_file(root, arg, status)?;
     let dir = file.parent().expect("signal files have a parent");
@@ -190,15 +191,20 @@ pub fn write_signal_with(
     let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
     let created_at = clock::now_rfc3339(Precision::Secs);
     let trace_id = fields.trace_id.clone().or_else(|| {
-        std::fs::read_to_string(session.join(".trace"))
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
+        match io.read_untrusted(&session.join(".trace"), 4096).ok()? {
+            ReadOutcome::Bytes(b, _) => Some(String::from_utf8_lossy(&b).trim().to_string()),
+            _ => None,
+        }
+        .filter(|s| !s.is_empty())
     });
     let size = fields.size.or_else(|| {
         let p = fields.path.as_ref()?;
         let full = resolve(root, Path::new(p)).ok()?;
-        std::fs::metadata(full).ok().map(|m| m.len())
+        io.stamp(&full)
+            .ok()
+            .flatten()
+            .filter(|m| m.kind == EntryKind::File)
+            .map(|m| m.size)
     });
     let signal = Rendered {
         fields,
@@ -442,37 +448,42 @@ pub fn find(session: &Path, signals_dir: Option<&Path>) -> Found {
             found.misplaced.push(p);
         }
     };
-    let list = |d: &Path| -> Vec<(PathBuf, std::fs::FileType)> {
-        std::fs::read_dir(d)
+    // Everything below the directory searched is listed through its descriptor: a symlinked
+    // `.signals/` (or any directory below) is not followed, and lists as nothing.
+    let io = Io::new(&IoOptions::new());
+    if io.set_root(signals_dir.unwrap_or(session)).is_err() {
+        return found;
+    }
+    let list = |d: &Path| -> Vec<(PathBuf, EntryKind)> {
+        io.list(d, true)
+            .unwrap_or_default()
             .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| Some((e.path(), e.file_type().ok()?)))
+            .map(|e| (d.join(&e.name), e.kind))
             .collect()
     };
     match signals_dir {
         Some(d) => {
-            for (p, ft) in list(d) {
-                if ft.is_file() {
+            for (p, kind) in list(d) {
+                if kind == EntryKind::File {
                     add(p, false, &mut found);
                 }
             }
         }
         None => {
-            for (p, ft) in list(&session.join(".signals")) {
-                if ft.is_file() {
+            for (p, kind) in list(&session.join(".signals")) {
+                if kind == EntryKind::File {
                     add(p, false, &mut found);
                 }
             }
             let mut stack = vec![session.to_path_buf()];
             while let Some(d) = stack.pop() {
-                for (p, ft) in list(&d) {
+                for (p, kind) in list(&d) {
                     let name = p.file_name().unwrap_or_default();
-                    if ft.is_dir() {
+                    if kind == EntryKind::Dir {
                         if name != ".signals" && name != ".agents" {
                             stack.push(p);
                         }
-                    } else if ft.is_file() {
+                    } else if kind == EntryKind::File {
                         add(p, true, &mut found);
                     }
                 }

@@ -28,6 +28,9 @@ pub struct Checkpoint {
     mode: WaitMode,
     _presence: Presence,
     waiter: Waiter,
+    /// The `inputs/` the watcher was armed on (device, inode): when the path leads elsewhere
+    /// (the root moved and made again), the watch and the presence are taken again there.
+    watched: Option<(u64, u64)>,
     interrupted: Option<sigbox::Error>,
 }
 
@@ -64,6 +67,7 @@ impl Checkpoint {
             mode: WaitMode::Auto,
             _presence: presence,
             waiter: Waiter::new(),
+            watched: None,
             interrupted: None,
         })
     }
@@ -165,11 +169,46 @@ impl Checkpoint {
             return Ok(());
         }
         let [inputs, buffered] = self.mailbox.watch_dirs();
-        if let Err(e) = self.waiter.watch(&[(inputs, false), (buffered, true)]) {
+        self.watched = identity(inputs);
+        // The root too: replacing `inputs/` (or moving the root away) changes an entry there,
+        // which wakes the wait to follow the new one.
+        let root = self.mailbox.root();
+        if let Err(e) = self
+            .waiter
+            .watch(&[(root, false), (inputs, false), (buffered, true)])
+        {
             tracing::warn!(error = %e, "no filesystem events here; polling every second");
             self.poll_from_now_on();
         }
         Ok(())
+    }
+
+    /// After a pass (which follows a replaced root): when `inputs/` is not the directory the
+    /// watch was armed on, watch the new one and take the presence there.
+    fn follow_inputs(&mut self) -> sigbox::Result<()> {
+        if self.polling_interval().is_some() {
+            return Ok(()); // nothing armed to follow: every pass looks anew
+        }
+        let now = identity(self.mailbox.watch_dirs()[0]);
+        if now.is_some() && now == self.watched && self.waiter.is_watching() {
+            return Ok(());
+        }
+        self.waiter.unwatch();
+        if now.is_none() {
+            // Gone (the root moved away, not made again yet): look every second until it is.
+            self.waiter.poll(POLL);
+            return Ok(());
+        }
+        tracing::info!("inputs/ was replaced: watching the new one");
+        self._presence = self.mailbox.presence(&self.agent)?;
+        self.arm()
+    }
+
+    /// True when `e` says that `inputs/` (or the root) is not there at the moment.
+    fn inputs_gone(&self, e: &sigbox::Error) -> bool {
+        e.io_error()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+            && identity(self.mailbox.watch_dirs()[0]).is_none()
     }
 
     /// Gives up on events for this handle: it polls every second.
@@ -204,10 +243,26 @@ impl Checkpoint {
         loop {
             // Drain wake-ups that arrived before this pass: the pass sees their effects.
             self.waiter.drain();
-            let pass = self.pass_once(control, hand_over)?;
+            let pass = match self.pass_once(control, hand_over) {
+                Ok(pass) => pass,
+                // `inputs/` gone for a moment (being replaced, or the root moved and not made
+                // again yet): keep waiting, looking every second, until it is back.
+                Err(e) if self.inputs_gone(&e) => {
+                    self.waiter.unwatch();
+                    self.waiter.poll(POLL);
+                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    if left.is_some_and(|l| l.is_zero()) {
+                        return Ok(Vec::new());
+                    }
+                    self.waiter.sleep(None, left);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if !pass.delivered.is_empty() || control.stopped() {
                 return Ok(pass.delivered);
             }
+            self.follow_inputs()?;
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(Vec::new());
@@ -244,4 +299,10 @@ impl Checkpoint {
             }
         }
     }
+}
+
+/// A directory's (device, inode), following the path as it is now.
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }

@@ -156,11 +156,11 @@ pub(crate) struct Io {
     lock_warned: AtomicBool,
     /// The directory every path below it is resolved from, never through a symlink
     /// ([`Io::set_root`]); paths outside it are used as given.
-    root: Option<sys::Root>,
+    root: std::sync::RwLock<Option<Arc<sys::Root>>>,
 }
 
 /// Where a path lives: the directory holding it (opened beneath the root) and its name.
-type Place<'r, 'p> = (sys::Dir<'r>, &'p std::ffi::OsStr);
+type Place<'p> = (sys::Dir, &'p std::ffi::OsStr);
 
 impl Io {
     pub(crate) fn new(opts: &IoOptions) -> Io {
@@ -175,26 +175,54 @@ impl Io {
             ),
             rename_lock: None,
             lock_warned: AtomicBool::new(false),
-            root: None,
+            root: std::sync::RwLock::new(None),
         }
     }
 
     /// Resolves every later path below `path` through a descriptor of it, never following a
     /// symlink at any component beneath it (spec/mailbox.md §1, "Beneath the root").
-    pub(crate) fn set_root(&mut self, path: &Path) -> Result<()> {
-        self.root = Some(sys::Root::open(path).map_err(|e| Error::io(path, "cannot open", e))?);
+    pub(crate) fn set_root(&self, path: &Path) -> Result<()> {
+        let root = sys::Root::open(path).map_err(|e| Error::io(path, "cannot open", e))?;
+        *self.root.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(root));
         Ok(())
+    }
+
+    /// Opens the root again when its path now leads to another directory (the root was moved
+    /// and made again, say): a long-lived handle follows its path, as it did before it held a
+    /// descriptor. One `stat` and one `fstat`. True when it changed.
+    pub(crate) fn refresh_root(&self) -> Result<bool> {
+        let Some(root) = self.root() else {
+            return Ok(false);
+        };
+        if !root.moved() {
+            return Ok(false);
+        }
+        match self.set_root(root.path()) {
+            Ok(()) => Ok(true),
+            // Gone, not made again yet: keep the one held until it is.
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn root(&self) -> Option<Arc<sys::Root>> {
+        self.root.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The directory holding `path`, and its name; an error names the first component beneath
     /// the root that is a symlink or not a directory.
-    fn place<'p>(&self, path: &'p Path) -> Result<Place<'_, 'p>> {
-        sys::place(self.root.as_ref(), path).map_err(|e| self.resolve_error(path, e, true))
+    fn place<'p>(&self, path: &'p Path) -> Result<Place<'p>> {
+        sys::place(self.root().as_ref(), path).map_err(|e| self.resolve_error(path, e, true))
     }
 
     /// The directory `path` itself, opened as [`Io::place`] opens a parent.
-    fn dir(&self, path: &Path) -> Result<sys::Dir<'_>> {
-        sys::dir_at(self.root.as_ref(), path).map_err(|e| self.resolve_error(path, e, false))
+    fn dir(&self, path: &Path) -> Result<sys::Dir> {
+        sys::dir_at(self.root().as_ref(), path).map_err(|e| self.resolve_error(path, e, false))
     }
 
     /// The error for a path that cannot be resolved: a layout component that is a symlink or
@@ -205,7 +233,7 @@ impl Io {
         let refused = [Errno::LOOP, Errno::NOTDIR, Errno::XDEV]
             .iter()
             .any(|c| e.raw_os_error() == Some(c.raw_os_error()));
-        let (Some(root), true) = (&self.root, refused) else {
+        let (Some(root), true) = (self.root(), refused) else {
             return Error::io(path, "cannot open directory", e);
         };
         // The first component below the root that is not a real directory, for the message.
@@ -246,7 +274,9 @@ impl Io {
     fn apply_mode(&self, path: &Path, mode: u32, file: Option<&File>) -> Result<()> {
         self.effect(FsOp::SetMode(path, mode), || match file {
             Some(f) => sys::set_mode_file(f, mode),
-            None => sys::dir_at(self.root.as_ref(), path).and_then(|d| sys::set_mode_dir(&d, mode)),
+            None => {
+                sys::dir_at(self.root().as_ref(), path).and_then(|d| sys::set_mode_dir(&d, mode))
+            }
         })
         .map_err(|e| Error::io(path, &format!("cannot set mode {mode:o}"), e))
     }
@@ -490,7 +520,7 @@ impl Io {
             Some(d) => d.as_path(),
             None => to.parent().unwrap_or(Path::new(".")),
         };
-        let _held = match sys::dir_at(self.root.as_ref(), dir)
+        let _held = match sys::dir_at(self.root().as_ref(), dir)
             .and_then(sys::Dir::into_file)
             .and_then(|f| f.lock().map(|()| f))
         {
@@ -512,7 +542,7 @@ impl Io {
 
     /// [`Io::place`] inside an effect: a refusal travels as an `io::Error` carrying the
     /// [`Error`] (taken back out by the caller), `NotFound` as itself.
-    fn place_io<'p>(&self, path: &'p Path) -> io::Result<Place<'_, 'p>> {
+    fn place_io<'p>(&self, path: &'p Path) -> io::Result<Place<'p>> {
         self.place(path)
             .map_err(|e| match e.io_error().map(io::Error::kind) {
                 Some(io::ErrorKind::NotFound) => io::ErrorKind::NotFound.into(),
@@ -710,7 +740,7 @@ impl Io {
 
     /// `lstat`, as a [`Stamp`]; `None` when the file is gone.
     pub(crate) fn stamp(&self, path: &Path) -> Result<Option<Stamp>> {
-        let r = match self.root.as_ref().and_then(|r| r.rel(path)) {
+        let r = match self.root().as_ref().and_then(|r| r.rel(path)) {
             // The root itself: as opened.
             Some(rel) if rel.as_os_str().is_empty() => self
                 .dir(path)
@@ -744,7 +774,7 @@ impl Io {
 
 /// Opens an existing presence lock file: never through a symlink, never blocking (a FIFO
 /// planted there would hang every pass), and only a regular file.
-fn open_lock_file(dir: &sys::Dir<'_>, name: &std::ffi::OsStr) -> io::Result<File> {
+fn open_lock_file(dir: &sys::Dir, name: &std::ffi::OsStr) -> io::Result<File> {
     let file = sys::open_untrusted_at(dir, name, rustix::fs::OFlags::RDONLY)?;
     if !file.metadata()?.is_file() {
         return Err(io::Error::new(

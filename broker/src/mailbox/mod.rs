@@ -86,7 +86,7 @@ fn lossy(name: &OsStr) -> String {
 impl MailboxOptions {
     /// Opens an existing mailbox at `root`.
     pub fn open(&self, root: impl AsRef<Path>) -> Result<Mailbox> {
-        let mut mb = Mailbox::new(root.as_ref(), self.clone());
+        let mb = Mailbox::new(root.as_ref(), self.clone());
         if let Err(e) = mb.io.set_root(root.as_ref()) {
             if e.io_error()
                 .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -160,6 +160,22 @@ impl Mailbox {
     /// Creates (idempotently) and opens a mailbox with default options.
     pub fn init(root: impl AsRef<Path>) -> Result<Mailbox> {
         MailboxOptions::new().init(root)
+    }
+
+    /// When the root's path leads to another directory than the one this handle opened (the
+    /// root was moved and made again), opens the new one and forgets what it knew of the old:
+    /// kept listings, acks, and its claims in flight, which stay in the old root's slots.
+    fn follow_root(&self) -> Result<()> {
+        if self.io.refresh_root()? {
+            tracing::info!(root = %self.layout.root.display(), "the root was replaced: following it");
+            self.flights
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+            *self.scans.lock().unwrap_or_else(|p| p.into_inner()) = ScanCache::default();
+            self.acked.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+        Ok(())
     }
 
     /// The root directory.

@@ -152,6 +152,7 @@ impl Mailbox {
         hand_over: HandOver<'_>,
     ) -> Result<Pass> {
         self.check_agent(agent)?;
+        self.follow_root()?;
         let _busy = Busy::start(control.idle);
         let span = tracing::debug_span!("pass", agent, state);
         let _enter = span.enter();

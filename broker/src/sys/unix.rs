@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 
@@ -243,25 +244,25 @@ pub(crate) struct Root {
 
 /// A directory descriptor: the root's own, one opened beneath it, or (outside any root) one
 /// opened by path.
-pub(crate) enum Dir<'r> {
-    Root(BorrowedFd<'r>),
+pub(crate) enum Dir {
+    Root(Arc<Root>),
     Owned(OwnedFd),
 }
 
-impl AsFd for Dir<'_> {
+impl AsFd for Dir {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
-            Dir::Root(fd) => *fd,
+            Dir::Root(r) => r.fd.as_fd(),
             Dir::Owned(fd) => fd.as_fd(),
         }
     }
 }
 
-impl Dir<'_> {
+impl Dir {
     /// The descriptor as a [`File`] of its own (for `fsync` and `flock`).
     pub(crate) fn into_file(self) -> io::Result<File> {
         Ok(match self {
-            Dir::Root(fd) => File::from(fd.try_clone_to_owned()?),
+            Dir::Root(r) => File::from(r.fd.try_clone()?),
             Dir::Owned(fd) => File::from(fd),
         })
     }
@@ -283,6 +284,17 @@ impl Root {
         })
     }
 
+    /// True when the root's path no longer leads to the directory this root holds (moved,
+    /// replaced, removed): the holder opens it again.
+    pub(crate) fn moved(&self) -> bool {
+        let now = rustix::fs::stat(&self.path);
+        let held = rustix::fs::fstat(&self.fd);
+        match (now, held) {
+            (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino),
+            _ => true,
+        }
+    }
+
     /// The root's path, as given.
     pub(crate) fn path(&self) -> &Path {
         &self.path
@@ -297,10 +309,10 @@ impl Root {
     /// component: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` on Linux, else (or where the
     /// kernel refuses it) a walk of `openat(O_NOFOLLOW | O_DIRECTORY)`, one component at a
     /// time. A symlink gives `ELOOP`, anything else that is not a directory `ENOTDIR`.
-    pub(crate) fn dir(&self, rel: &Path) -> io::Result<Dir<'_>> {
+    pub(crate) fn dir(self: &Arc<Self>, rel: &Path) -> io::Result<Dir> {
         use std::path::Component;
         if rel.as_os_str().is_empty() {
-            return Ok(Dir::Root(self.fd.as_fd()));
+            return Ok(Dir::Root(Arc::clone(self)));
         }
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
@@ -330,17 +342,14 @@ impl Root {
                 _ => return Err(rustix::io::Errno::XDEV.into()),
             }
         }
-        Ok(cur.map_or(Dir::Root(self.fd.as_fd()), Dir::Owned))
+        Ok(cur.map_or_else(|| Dir::Root(Arc::clone(self)), Dir::Owned))
     }
 }
 
 /// The directory holding `path` and its last component: beneath `root` when `path` is below
 /// it, else opened by path (following symlinks, as any program would: a path outside every
 /// root is the caller's).
-pub(crate) fn place<'r, 'p>(
-    root: Option<&'r Root>,
-    path: &'p Path,
-) -> io::Result<(Dir<'r>, &'p OsStr)> {
+pub(crate) fn place<'p>(root: Option<&Arc<Root>>, path: &'p Path) -> io::Result<(Dir, &'p OsStr)> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
@@ -362,7 +371,7 @@ pub(crate) fn place<'r, 'p>(
 
 /// The directory `path` itself, opened as [`place`] opens a parent (never through a symlink
 /// beneath the root; outside it, not through a final symlink).
-pub(crate) fn dir_at<'r>(root: Option<&'r Root>, path: &Path) -> io::Result<Dir<'r>> {
+pub(crate) fn dir_at(root: Option<&Arc<Root>>, path: &Path) -> io::Result<Dir> {
     if let Some((r, rel)) = root.and_then(|r| r.rel(path).map(|rel| (r, rel))) {
         if rel.as_os_str().is_empty() {
             // A description of its own: listing or locking must not share the root's.
@@ -384,7 +393,7 @@ pub(crate) fn dir_at<'r>(root: Option<&'r Root>, path: &Path) -> io::Result<Dir<
 
 /// `openat(dir, name, flags)` with the flags every open of sigbox adds: `O_NOFOLLOW`,
 /// `O_CLOEXEC`.
-pub(crate) fn open_at(dir: &Dir<'_>, name: &OsStr, flags: OFlags, mode: u32) -> io::Result<File> {
+pub(crate) fn open_at(dir: &Dir, name: &OsStr, flags: OFlags, mode: u32) -> io::Result<File> {
     let fd = rustix::fs::openat(
         dir,
         name,
@@ -396,7 +405,7 @@ pub(crate) fn open_at(dir: &Dir<'_>, name: &OsStr, flags: OFlags, mode: u32) -> 
 
 /// Opens `name` in `dir` for reading as [`open_nofollow`] does (no symlink, no blocking, no
 /// controlling terminal, no access-time update where allowed).
-pub(crate) fn open_untrusted_at(dir: &Dir<'_>, name: &OsStr, access: OFlags) -> io::Result<File> {
+pub(crate) fn open_untrusted_at(dir: &Dir, name: &OsStr, access: OFlags) -> io::Result<File> {
     let flags = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     #[cfg(any(target_os = "linux", target_os = "android"))]
     match rustix::fs::openat(dir, name, flags | OFlags::NOATIME, Mode::empty()) {
@@ -413,10 +422,7 @@ pub(crate) fn open_untrusted_at(dir: &Dir<'_>, name: &OsStr, access: OFlags) -> 
 
 /// `renameat2(RENAME_NOREPLACE)` between two directories; `Ok(false)` where the filesystem or
 /// the platform refuses the flag (see [`rename_noreplace`]).
-pub(crate) fn rename_noreplace_at(
-    from: (&Dir<'_>, &OsStr),
-    to: (&Dir<'_>, &OsStr),
-) -> io::Result<bool> {
+pub(crate) fn rename_noreplace_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io::Result<bool> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         use rustix::fs::{RenameFlags, renameat_with};
@@ -434,10 +440,7 @@ pub(crate) fn rename_noreplace_at(
 }
 
 /// [`rename_checked`] between two directories: `lstat` of the destination, then `renameat`.
-pub(crate) fn rename_checked_at(
-    from: (&Dir<'_>, &OsStr),
-    to: (&Dir<'_>, &OsStr),
-) -> io::Result<()> {
+pub(crate) fn rename_checked_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io::Result<()> {
     match stat_at(to.0, to.1) {
         Ok(_) => return Err(io::ErrorKind::AlreadyExists.into()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -447,12 +450,12 @@ pub(crate) fn rename_checked_at(
 }
 
 /// `renameat`, replacing the destination.
-pub(crate) fn rename_at(from: (&Dir<'_>, &OsStr), to: (&Dir<'_>, &OsStr)) -> io::Result<()> {
+pub(crate) fn rename_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io::Result<()> {
     Ok(rustix::fs::renameat(from.0, from.1, to.0, to.1)?)
 }
 
 /// `unlinkat` of a file.
-pub(crate) fn unlink_at(dir: &Dir<'_>, name: &OsStr) -> io::Result<()> {
+pub(crate) fn unlink_at(dir: &Dir, name: &OsStr) -> io::Result<()> {
     Ok(rustix::fs::unlinkat(
         dir,
         name,
@@ -461,18 +464,18 @@ pub(crate) fn unlink_at(dir: &Dir<'_>, name: &OsStr) -> io::Result<()> {
 }
 
 /// `mkdirat`.
-pub(crate) fn mkdir_at(dir: &Dir<'_>, name: &OsStr, mode: u32) -> io::Result<()> {
+pub(crate) fn mkdir_at(dir: &Dir, name: &OsStr, mode: u32) -> io::Result<()> {
     Ok(rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode))?)
 }
 
 /// `fstatat(AT_SYMLINK_NOFOLLOW)` as a [`Stamp`].
-pub(crate) fn stat_at(dir: &Dir<'_>, name: &OsStr) -> io::Result<Stamp> {
+pub(crate) fn stat_at(dir: &Dir, name: &OsStr) -> io::Result<Stamp> {
     let st = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
     Ok(stamp_of(&st))
 }
 
 /// `fstat` of a directory descriptor as a [`Stamp`].
-pub(crate) fn stat_dir(dir: &Dir<'_>) -> io::Result<Stamp> {
+pub(crate) fn stat_dir(dir: &Dir) -> io::Result<Stamp> {
     Ok(stamp_of(&rustix::fs::fstat(dir)?))
 }
 
@@ -500,7 +503,7 @@ fn stamp_of(st: &rustix::fs::Stat) -> Stamp {
 }
 
 /// `fchmod` of a directory descriptor.
-pub(crate) fn set_mode_dir(dir: &Dir<'_>, mode: u32) -> io::Result<()> {
+pub(crate) fn set_mode_dir(dir: &Dir, mode: u32) -> io::Result<()> {
     Ok(rustix::fs::fchmod(dir, Mode::from_raw_mode(mode))?)
 }
 

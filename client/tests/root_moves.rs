@@ -1,0 +1,73 @@
+//! A `wait` follows its root: when `inputs/` is replaced, or the whole root is moved away and
+//! made again, while it sleeps, a signal sent to the new one wakes it, long before its 30 s
+//! backstop (its own `--timeout`, 15 s, would end it first otherwise).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
+
+fn sigbox(root: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Starts a `wait`, lets it fall asleep, runs `replace`, sends to the (new) root, and returns
+/// what the wait printed and its exit status.
+fn wait_across(replace: impl FnOnce(&Path)) -> (String, Option<i32>, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status.success());
+    let child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["--json", "wait", "--as", "Executor", "--timeout", "15s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    replace(&root);
+    let sent = sigbox(&root, &["send", "steer", "after", "--target", "Executor"]);
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let id = String::from_utf8(sent.stdout).unwrap().trim().to_string();
+    let out = child.wait_with_output().unwrap();
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        printed.contains(&id),
+        "the wait missed the signal sent to the new root (exit {:?}): {printed} {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (printed, out.status.code(), id)
+}
+
+#[test]
+fn a_wait_follows_a_replaced_inputs_directory() {
+    let (_, code, _) = wait_across(|root| {
+        std::fs::rename(root.join("inputs"), root.join("inputs.old")).unwrap();
+        // The wait wakes while there is no inputs/ at all: it must keep waiting.
+        std::thread::sleep(Duration::from_millis(300));
+        std::fs::create_dir(root.join("inputs")).unwrap();
+    });
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn a_wait_follows_a_root_moved_away_and_made_again() {
+    let (_, code, _) = wait_across(|root| {
+        std::fs::rename(root, root.with_extension("old")).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(sigbox(root, &["init"]).status.success());
+    });
+    assert_eq!(code, Some(0));
+}
