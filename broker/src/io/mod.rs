@@ -157,7 +157,13 @@ pub(crate) struct Io {
     /// The directory every path below it is resolved from, never through a symlink
     /// ([`Io::set_root`]); paths outside it are used as given.
     root: std::sync::RwLock<Option<Arc<sys::Root>>>,
+    /// When [`Io::refresh_root`] last looked.
+    root_checked: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often [`Io::refresh_root`] looks at most: it runs at every pass, and a pass over an
+/// unchanged inbox costs a few system calls, so a look every pass would be most of it.
+const ROOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where a path lives: the directory holding it (opened beneath the root) and its name.
 type Place<'p> = (sys::Dir, &'p std::ffi::OsStr);
@@ -176,6 +182,7 @@ impl Io {
             rename_lock: None,
             lock_warned: AtomicBool::new(false),
             root: std::sync::RwLock::new(None),
+            root_checked: std::sync::Mutex::new(None),
         }
     }
 
@@ -184,17 +191,30 @@ impl Io {
     pub(crate) fn set_root(&self, path: &Path) -> Result<()> {
         let root = sys::Root::open(path).map_err(|e| Error::io(path, "cannot open", e))?;
         *self.root.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(root));
+        *self.root_checked.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(std::time::Instant::now());
         Ok(())
     }
 
     /// Opens the root again when its path now leads to another directory (the root was moved
     /// and made again, say): a long-lived handle follows its path, as it did before it held a
-    /// descriptor. One `stat` and one `fstat`. True when it changed.
+    /// descriptor; and forgets the kept layout directories that were replaced. At most once a
+    /// second ([`ROOT_CHECK`]); the first call after `set_root` only starts the clock. True
+    /// when the root changed.
     pub(crate) fn refresh_root(&self) -> Result<bool> {
         let Some(root) = self.root() else {
             return Ok(false);
         };
+        {
+            let mut checked = self.root_checked.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            if checked.is_some_and(|t| now.duration_since(t) < ROOT_CHECK) {
+                return Ok(false);
+            }
+            *checked = Some(now);
+        }
         if !root.moved() {
+            root.verify();
             return Ok(false);
         }
         match self.set_root(root.path()) {
@@ -668,6 +688,10 @@ impl Io {
             }
             Err(e) => return Err(e),
         };
+        // A description of its own: a kept directory's offset is shared.
+        let fd = fd
+            .into_file()
+            .map_err(|e| Error::io(dir, "cannot open directory", e))?;
         match sys::list_fd(&fd, |name, kind| out.push(Entry { name, kind })) {
             Ok(()) => Ok(out),
             Err(e) => Err(Error::io(dir, "cannot list directory", e)),

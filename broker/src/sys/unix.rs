@@ -240,12 +240,17 @@ pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
 pub(crate) struct Root {
     path: PathBuf,
     fd: OwnedFd,
+    /// Directories directly below the root (the layout's own), opened once without following
+    /// a link and kept: most effects then need no lookup beyond their last component. Checked
+    /// against the root's entries by [`Root::verify`].
+    top: std::sync::Mutex<Vec<(std::ffi::OsString, Arc<OwnedFd>)>>,
 }
 
 /// A directory descriptor: the root's own, one opened beneath it, or (outside any root) one
 /// opened by path.
 pub(crate) enum Dir {
     Root(Arc<Root>),
+    Shared(Arc<OwnedFd>),
     Owned(OwnedFd),
 }
 
@@ -253,17 +258,19 @@ impl AsFd for Dir {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             Dir::Root(r) => r.fd.as_fd(),
+            Dir::Shared(fd) => fd.as_fd(),
             Dir::Owned(fd) => fd.as_fd(),
         }
     }
 }
 
 impl Dir {
-    /// The descriptor as a [`File`] of its own (for `fsync` and `flock`).
+    /// The directory as a [`File`] with an open file description of its own (for listing,
+    /// `fsync` and `flock`: a kept descriptor's offset and locks are not shared).
     pub(crate) fn into_file(self) -> io::Result<File> {
         Ok(match self {
-            Dir::Root(r) => File::from(r.fd.try_clone()?),
             Dir::Owned(fd) => File::from(fd),
+            shared => File::from(rustix::fs::openat(&shared, ".", DIR_FLAGS, Mode::empty())?),
         })
     }
 }
@@ -281,6 +288,7 @@ impl Root {
         Ok(Root {
             path: path.to_path_buf(),
             fd,
+            top: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -314,35 +322,86 @@ impl Root {
         if rel.as_os_str().is_empty() {
             return Ok(Dir::Root(Arc::clone(self)));
         }
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        {
-            use rustix::fs::{ResolveFlags, openat2};
-            use rustix::io::Errno;
-            let how =
-                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-            for _ in 0..4 {
-                match openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), how) {
-                    Ok(fd) => return Ok(Dir::Owned(fd)),
-                    // A rename elsewhere in the filesystem during the lookup: try again.
-                    Err(Errno::AGAIN) => continue,
-                    // No openat2 (before Linux 5.6) or a sandbox that forbids it: walk.
-                    Err(Errno::NOSYS | Errno::PERM) => break,
-                    Err(e) => return Err(e.into()),
-                }
+        let mut comps = rel.components();
+        if let (Some(Component::Normal(first)), rest) = (comps.next(), comps.as_path()) {
+            let top = self.top_dir(first)?;
+            if rest.as_os_str().is_empty() {
+                return Ok(Dir::Shared(top));
+            }
+            return beneath(&top, rest).map(Dir::Owned);
+        }
+        beneath(&self.fd, rel).map(Dir::Owned)
+    }
+
+    /// The kept descriptor of `name`, a directory directly below the root, opened (without
+    /// following a link) the first time.
+    fn top_dir(&self, name: &OsStr) -> io::Result<Arc<OwnedFd>> {
+        let mut top = self.top.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, fd)) = top.iter().find(|(n, _)| n == name) {
+            return Ok(Arc::clone(fd));
+        }
+        let fd = Arc::new(rustix::fs::openat(
+            &self.fd,
+            name,
+            DIR_FLAGS,
+            Mode::empty(),
+        )?);
+        top.push((name.to_os_string(), Arc::clone(&fd)));
+        Ok(fd)
+    }
+
+    /// Forgets every kept directory that is no longer the one at its name below the root
+    /// (replaced, moved, or a link planted there since): the next use opens it again, and a
+    /// link is refused then. One `fstatat` and one `fstat` per kept directory.
+    pub(crate) fn verify(&self) {
+        let mut top = self.top.lock().unwrap_or_else(|p| p.into_inner());
+        top.retain(|(name, fd)| {
+            let now = rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+            match (now, rustix::fs::fstat(fd)) {
+                (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+                _ => false,
+            }
+        });
+    }
+}
+
+/// Opens the directory `rel` below the directory `at` without following a symlink at any
+/// component: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` on Linux, else (or where the
+/// kernel refuses it) a walk of `openat(O_NOFOLLOW | O_DIRECTORY)`, one component at a time.
+/// A symlink gives `ELOOP`, anything else that is not a directory `ENOTDIR`.
+fn beneath(at: &impl AsFd, rel: &Path) -> io::Result<OwnedFd> {
+    use std::path::Component;
+    let at = at.as_fd();
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::fs::{ResolveFlags, openat2};
+        use rustix::io::Errno;
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        for _ in 0..4 {
+            match openat2(at, rel, DIR_FLAGS, Mode::empty(), how) {
+                Ok(fd) => return Ok(fd),
+                // A rename elsewhere in the filesystem during the lookup: try again.
+                Err(Errno::AGAIN) => continue,
+                // No openat2 (before Linux 5.6) or a sandbox that forbids it: walk.
+                Err(Errno::NOSYS | Errno::PERM) => break,
+                Err(e) => return Err(e.into()),
             }
         }
-        let mut cur: Option<OwnedFd> = None;
-        for comp in rel.components() {
-            match comp {
-                Component::Normal(name) => {
-                    let at = cur.as_ref().map_or(self.fd.as_fd(), AsFd::as_fd);
-                    cur = Some(rustix::fs::openat(at, name, DIR_FLAGS, Mode::empty())?);
-                }
-                Component::CurDir => {}
-                _ => return Err(rustix::io::Errno::XDEV.into()),
+    }
+    let mut cur: Option<OwnedFd> = None;
+    for comp in rel.components() {
+        match comp {
+            Component::Normal(name) => {
+                let from = cur.as_ref().map_or(at, AsFd::as_fd);
+                cur = Some(rustix::fs::openat(from, name, DIR_FLAGS, Mode::empty())?);
             }
+            Component::CurDir => {}
+            _ => return Err(rustix::io::Errno::XDEV.into()),
         }
-        Ok(cur.map_or_else(|| Dir::Root(Arc::clone(self)), Dir::Owned))
+    }
+    match cur {
+        Some(fd) => Ok(fd),
+        None => Ok(rustix::fs::openat(at, ".", DIR_FLAGS, Mode::empty())?),
     }
 }
 
