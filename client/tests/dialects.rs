@@ -183,6 +183,34 @@ fn goblin_signal_refuses_bad_input_clearly() {
         assert!(err.contains(needle), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1);
     }
+    // A body file that is a FIFO is refused at once instead of blocking the command.
+    let fifo = wt.join("body.fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let out = run_in(
+        &wt,
+        &[
+            "goblin",
+            "signal",
+            "build-complete",
+            "--worktree",
+            w,
+            "--file",
+            fifo.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a regular file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A symlinked .goblin is never followed.
     let (_d2, wt2) = worktree();
     std::os::unix::fs::symlink(_d2.path(), wt2.join(".goblin")).unwrap();

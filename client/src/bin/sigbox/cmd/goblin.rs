@@ -46,10 +46,14 @@ pub(crate) fn run(cmd: GoblinCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
                     Some((s, "stdin".to_string()))
                 }
                 (Some(b), _) => Some((b.to_string(), "the command line".to_string())),
-                (None, Some(f)) => Some((
-                    std::fs::read_to_string(f).with_context(|| format!("{}", f.display()))?,
-                    f.display().to_string(),
-                )),
+                (None, Some(f)) => {
+                    // Never blocks on a FIFO, never reads a device: a regular file or an error.
+                    let bytes = super::streams::read_document(f)
+                        .with_context(|| format!("{}", f.display()))?;
+                    let text = String::from_utf8(bytes)
+                        .with_context(|| format!("{}: not UTF-8", f.display()))?;
+                    Some((text, f.display().to_string()))
+                }
                 (None, None) => None,
             };
             let body = match text {

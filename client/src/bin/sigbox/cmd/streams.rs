@@ -42,7 +42,7 @@ const MAX_DOCUMENT: u64 = 16 * 1024 * 1024;
 
 /// Reads a document the user names: a regular file (symlinks to one are fine: the path is the
 /// user's own), opened without blocking, so that a FIFO or device is refused instead of hanging.
-fn read_document(path: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_document(path: &Path) -> std::io::Result<Vec<u8>> {
     use rustix::fs::{Mode, OFlags};
     let fd = rustix::fs::open(
         path,
