@@ -420,3 +420,54 @@ fn a_planted_fifo_socket_or_file_at_a_layout_path_is_named_by_the_error() {
         let _ = std::fs::metadata(&target).map(|m| m.file_type().is_fifo());
     }
 }
+
+#[test]
+fn names_that_are_not_utf8_in_every_directory_never_panic_or_stop_a_command() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let pending = mailbox(&root);
+    let bad = std::ffi::OsStr::from_bytes(b"sig\xff\xfenal.json");
+    let bad_dir = std::ffi::OsStr::from_bytes(b"Ag\xffent");
+    let body = r#"{"type":"INFO","target":"Executor","message":"x"}"#;
+    let mut dirs: Vec<PathBuf> = layout_paths(&root)
+        .into_iter()
+        .map(|rel| root.join(rel))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.push(root.clone());
+    for d in &dirs {
+        std::fs::write(d.join(bad), body).unwrap();
+        std::fs::create_dir_all(d.join(bad_dir)).unwrap();
+        std::fs::write(d.join(bad_dir).join(bad), body).unwrap();
+    }
+    for args in COMMANDS {
+        let out = sigbox(&root, args, "non-UTF-8 names");
+        assert_ne!(
+            out.status.code(),
+            Some(101),
+            "`sigbox {}` panicked: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if args.contains(&"--json") {
+            for line in String::from_utf8(out.stdout)
+                .expect("JSON output is UTF-8")
+                .lines()
+            {
+                serde_json::from_str::<serde_json::Value>(line)
+                    .unwrap_or_else(|e| panic!("`sigbox {}`: {e}: {line}", args.join(" ")));
+            }
+        }
+    }
+    // The signals that were pending were delivered by the polls above, or are still pending.
+    let everywhere = snapshot(&root);
+    for id in &pending {
+        assert!(
+            everywhere
+                .keys()
+                .any(|p| p.to_string_lossy().contains(id.as_str())),
+            "{id} lost"
+        );
+    }
+}
