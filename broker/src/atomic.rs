@@ -165,17 +165,36 @@ pub(crate) fn with_fresh_names<R>(
 /// `<stem>.dup-<12 hex>.<ext>`, or `<name>.dup-<12 hex>` for a name without one.
 pub(crate) fn unique_variant(name: &OsStr) -> OsString {
     let u = uuid::Uuid::now_v7().simple().to_string();
-    let s = name.to_string_lossy();
-    match s.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() && name.to_str().is_some() => {
-            OsString::from(format!("{stem}.dup-{}.{ext}", &u[20..]))
+    let dup = format!(".dup-{}", &u[20..]);
+    // The stem gives way so that the name stays within NAME_MAX bytes.
+    let room = crate::mailbox::NAME_MAX.saturating_sub(dup.len());
+    match name.to_str().and_then(|s| s.rsplit_once('.')) {
+        Some((stem, ext)) if !stem.is_empty() => {
+            let room = room.saturating_sub(ext.len() + 1);
+            OsString::from(format!("{}{dup}.{ext}", cut(stem, room)))
         }
         _ => {
-            let mut o = name.to_os_string();
-            o.push(format!(".dup-{}", &u[20..]));
+            let bytes = name.as_encoded_bytes();
+            let mut o = match name.to_str() {
+                Some(s) => OsString::from(cut(s, room)),
+                None => <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
+                    &bytes[..bytes.len().min(room)],
+                )
+                .to_os_string(),
+            };
+            o.push(dup);
             o
         }
     }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 fn parent(p: &Path) -> Result<&Path> {

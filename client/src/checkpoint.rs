@@ -150,7 +150,7 @@ impl Checkpoint {
 
     fn polling_interval(&self) -> Option<Duration> {
         match self.mode {
-            WaitMode::Poll(d) => Some(d),
+            WaitMode::Poll(d) => Some(d.max(crate::watch::MIN_POLL)),
             WaitMode::Events => None,
             WaitMode::Auto if self.mailbox.events_reliable() => None,
             WaitMode::Auto => Some(POLL),

@@ -16,6 +16,9 @@ const BACKSTOP: Duration = Duration::from_secs(30);
 /// How often a wait without events looks again, unless its caller says otherwise.
 pub(crate) const POLL: Duration = Duration::from_secs(1);
 
+/// The shortest poll interval: a shorter one (`--poll 0`) would spin a core.
+pub(crate) const MIN_POLL: Duration = Duration::from_millis(10);
+
 /// An event-driven wait on a few directories: wakes when an entry is created, changed, renamed
 /// or removed in them (reads of the directories themselves never wake it), or when events
 /// overflowed and a rescan is due. Shared by every waiting command.
@@ -155,9 +158,9 @@ impl Waiter {
         }
     }
 
-    /// Sets how often it looks again without events. Default: 1 s.
+    /// Sets how often it looks again without events. Default: 1 s; at least [`MIN_POLL`].
     pub fn poll(&mut self, every: Duration) -> &mut Self {
-        self.poll = every;
+        self.poll = every.max(MIN_POLL);
         self
     }
 

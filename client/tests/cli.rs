@@ -462,23 +462,24 @@ fn cpu_ns(pid: u32) -> u64 {
 #[test]
 fn a_blocked_wait_does_not_spin() {
     // Not a timing assertion: a spinning waiter burns a whole core (about 1 s of CPU per second
-    // here); a sleeping one a few milliseconds at most, however loaded the machine is.
+    // here); a sleeping one a few milliseconds at most, however loaded the machine is. With
+    // `--poll 0` too: the interval has a floor (10 ms).
     let env = Env::new();
-    let mut child = env
-        .cmd(&["wait", "--as", "Executor", "--timeout", "30s"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let before = cpu_ns(child.id());
-    std::thread::sleep(Duration::from_secs(1));
-    let used = cpu_ns(child.id()) - before;
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(
-        used < 200_000_000,
-        "a blocked wait used {used} ns of CPU in one second"
-    );
+    for extra in [&[][..], &["--poll", "0"][..]] {
+        let mut args = vec!["wait", "--as", "Executor", "--timeout", "30s"];
+        args.extend_from_slice(extra);
+        let mut child = env.cmd(&args).stdout(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let before = cpu_ns(child.id());
+        std::thread::sleep(Duration::from_secs(1));
+        let used = cpu_ns(child.id()) - before;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            used < 300_000_000,
+            "a blocked wait {extra:?} used {used} ns of CPU in one second"
+        );
+    }
 }
 
 fn mode(p: &std::path::Path) -> u32 {

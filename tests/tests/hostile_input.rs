@@ -463,3 +463,47 @@ fn a_fifo_or_symlink_at_a_presence_lock_never_hangs_or_is_followed() {
     assert!(errs[1].contains("Reviewer.lock"), "{}", errs[1]);
     assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
 }
+
+/// Names as long as a filesystem takes (255 bytes) are quarantined with their reason like any
+/// other, twice under the same name too: the reason file and the `.dup-` name stay within the
+/// limit instead of failing every pass that sees the file.
+#[test]
+fn names_at_the_length_limit_are_quarantined_with_their_reasons() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mb = settled_mailbox(tmp.path());
+    let yaml = format!("{}.yaml", "y".repeat(250));
+    let bare = "z".repeat(255);
+    let good = mb
+        .send(
+            sigbox::NewSignal::new(SignalType::Steer)
+                .target(Target::Agent("Executor".into()))
+                .message("good"),
+        )
+        .unwrap();
+    for round in 0..2 {
+        std::fs::write(tmp.path().join("inputs").join(&yaml), "type: [broken\n").unwrap();
+        std::fs::write(tmp.path().join("inputs").join(&bare), "{}").unwrap();
+        let pass = mb.pass("Executor", None).unwrap();
+        mb.ack("Executor").unwrap();
+        assert_eq!(pass.rejected.len(), 2, "round {round}: {:?}", pass.rejected);
+        if round == 0 {
+            assert_eq!(pass.delivered.len(), 1);
+            assert_eq!(pass.delivered[0].id, good);
+        }
+    }
+    let rejected = mb.rejected().unwrap();
+    assert_eq!(rejected.len(), 4, "{rejected:?}");
+    for r in &rejected {
+        assert!(
+            r.path.file_name().unwrap().len() <= 255,
+            "{}",
+            r.path.display()
+        );
+        assert!(
+            r.reason.contains("YAML") || r.reason.contains("not a signal file"),
+            "{}: {}",
+            r.path.display(),
+            r.reason
+        );
+    }
+}

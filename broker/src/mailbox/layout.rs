@@ -81,13 +81,10 @@ impl Layout {
     /// The marker of a broadcast in flight in a slot: `<16 hex>.broadcast`, a name no signal
     /// file has (§2.2), from a hash of the broadcast's file name (the marker holds the name).
     pub(crate) fn marker_name(broadcast: &OsStr) -> String {
-        // FNV-1a, 64 bits: stable across versions and platforms, unlike std's hasher.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in broadcast.as_encoded_bytes() {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        format!("{h:016x}{MARKER_SUFFIX}")
+        format!(
+            "{:016x}{MARKER_SUFFIX}",
+            fnv1a(broadcast.as_encoded_bytes())
+        )
     }
 
     /// True for a broadcast marker's name in a slot.
@@ -121,9 +118,27 @@ impl Layout {
 
     /// The reason file beside a quarantined file: `rejected/<name>.reason.json`.
     pub(crate) fn reason_path(quarantined: &Path) -> PathBuf {
-        let mut why = quarantined.as_os_str().to_os_string();
-        why.push(REASON_SUFFIX);
-        PathBuf::from(why)
+        let name = quarantined
+            .file_name()
+            .unwrap_or_default()
+            .as_encoded_bytes();
+        if name.len() + REASON_SUFFIX.len() <= NAME_MAX {
+            let mut why = quarantined.as_os_str().to_os_string();
+            why.push(REASON_SUFFIX);
+            return PathBuf::from(why);
+        }
+        // A name too long to take the suffix: a prefix of it and a hash of all of it, so that
+        // two long names sharing a prefix still get two reason files.
+        let hash = format!(".{:016x}", fnv1a(name));
+        let keep = NAME_MAX - REASON_SUFFIX.len() - hash.len();
+        let mut why = name[..keep].to_vec();
+        why.extend_from_slice(hash.as_bytes());
+        why.extend_from_slice(REASON_SUFFIX.as_bytes());
+        // Bytes cut from an OS string's own bytes are an OS string on Unix (any bytes but
+        // `/` and NUL, neither of which a cut makes).
+        quarantined.with_file_name(std::ffi::OsString::from(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&why),
+        ))
     }
 
     /// True for a reason file's name in `rejected/`.
@@ -133,6 +148,19 @@ impl Layout {
 }
 
 const REASON_SUFFIX: &str = ".reason.json";
+
+/// The longest file name most filesystems take, in bytes.
+pub(crate) const NAME_MAX: usize = 255;
+
+/// FNV-1a, 64 bits: stable across versions and platforms, unlike std's hasher.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
 const MARKER_SUFFIX: &str = ".broadcast";
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Utc};
 
 pub use layout::LAYOUT;
-pub(crate) use layout::Layout;
+pub(crate) use layout::{Layout, NAME_MAX};
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
 pub use pass::PassControl;
 pub use presence::Presence;

@@ -364,7 +364,7 @@ pub(crate) struct WaitArgs {
     /// Give up after this long (500ms, 5s, 2m, 1h); default: wait forever.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) timeout: Option<Duration>,
-    /// Poll at this interval instead of waiting for filesystem events.
+    /// Poll at this interval (at least 10ms) instead of waiting for filesystem events.
     #[arg(long = "poll", value_parser = parse_duration)]
     pub(crate) poll_interval: Option<Duration>,
 }
