@@ -426,9 +426,24 @@ pub struct Found {
     pub misplaced: Vec<PathBuf>,
 }
 
-/// Finds a session's signal files (see [`Found`]).
-pub fn find(session: &Path, signals_dir: Option<&Path>) -> Found {
+/// Finds a session's signal files (see [`Found`]). A `.signals` that is a symlink, a file or
+/// anything but a real directory is refused by name ([`ErrorKind::PathEscape`]), never read
+/// as an empty one.
+pub fn find(session: &Path, signals_dir: Option<&Path>) -> Result<Found> {
     let mut found = Found::default();
+    if signals_dir.is_none() {
+        let dir = session.join(".signals");
+        if let Ok(m) = std::fs::symlink_metadata(&dir)
+            && !m.is_dir()
+        {
+            return Err(Error::new(
+                ErrorKind::PathEscape,
+                Some(&dir),
+                "is a symlink or not a directory: refusing to read signals through it (it \
+                 could lead outside the session); make it a real directory",
+            ));
+        }
+    }
     let add = |p: PathBuf, misplaced: bool, found: &mut Found| {
         let n = p
             .file_name()
@@ -452,7 +467,7 @@ pub fn find(session: &Path, signals_dir: Option<&Path>) -> Found {
     // `.signals/` (or any directory below) is not followed, and lists as nothing.
     let io = Io::new(&IoOptions::new());
     if io.set_root(signals_dir.unwrap_or(session)).is_err() {
-        return found;
+        return Ok(found);
     }
     let list = |d: &Path| -> Vec<(PathBuf, EntryKind)> {
         io.list(d, true)
@@ -492,7 +507,7 @@ pub fn find(session: &Path, signals_dir: Option<&Path>) -> Found {
     }
     found.done.sort();
     found.fail.sort();
-    found
+    Ok(found)
 }
 
 /// What `check` reports (upstream's JSON, plus what `--require-pass` adds).

@@ -28,9 +28,10 @@ pub struct Checkpoint {
     mode: WaitMode,
     _presence: Presence,
     waiter: Waiter,
-    /// The `inputs/` the watcher was armed on (device, inode): when the path leads elsewhere
-    /// (the root moved and made again), the watch and the presence are taken again there.
-    watched: Option<(u64, u64)>,
+    /// The `inputs/` and the agent's buffer the watch was armed on (device, inode of each,
+    /// when a real directory): when either path leads elsewhere (the root moved and made
+    /// again, the buffer made since), the watch is taken again, and the presence with it.
+    watched: Option<Watched>,
     interrupted: Option<sigbox::Error>,
 }
 
@@ -169,18 +170,38 @@ impl Checkpoint {
             return Ok(());
         }
         let [inputs, buffered] = self.mailbox.watch_dirs();
-        self.watched = identity(inputs);
-        // The root too: replacing `inputs/` (or moving the root away) changes an entry there,
-        // which wakes the wait to follow the new one.
+        let buffer = buffered.join(&self.agent);
+        let now = self.identities();
+        // Nothing recursive and nothing that is not a real directory: a watch follows paths,
+        // and must never walk a link planted in the layout out of the root. The root (a
+        // replaced `inputs/` or a moved root changes an entry there), `inputs/`, `buffered/`
+        // (the agent's buffer being made) and the agent's buffer.
         let root = self.mailbox.root();
-        if let Err(e) = self
-            .waiter
-            .watch(&[(root, false), (inputs, false), (buffered, true)])
-        {
+        let mut dirs: Vec<(&Path, bool)> = vec![(root, false)];
+        if now.inputs.is_some() {
+            dirs.push((inputs, false));
+        }
+        if is_real_dir(buffered) {
+            dirs.push((buffered, false));
+        }
+        if now.buffer.is_some() {
+            dirs.push((&buffer, false));
+        }
+        self.watched = Some(now);
+        if let Err(e) = self.waiter.watch(&dirs) {
             tracing::warn!(error = %e, "no filesystem events here; polling every second");
             self.poll_from_now_on();
         }
         Ok(())
+    }
+
+    /// What [`Checkpoint::arm`] watches, as it is now.
+    fn identities(&self) -> Watched {
+        let [inputs, buffered] = self.mailbox.watch_dirs();
+        Watched {
+            inputs: identity(inputs),
+            buffer: identity(&buffered.join(&self.agent)),
+        }
     }
 
     /// After a pass (which follows a replaced root): when `inputs/` is not the directory the
@@ -189,18 +210,20 @@ impl Checkpoint {
         if self.polling_interval().is_some() {
             return Ok(()); // nothing armed to follow: every pass looks anew
         }
-        let now = identity(self.mailbox.watch_dirs()[0]);
-        if now.is_some() && now == self.watched && self.waiter.is_watching() {
+        let now = self.identities();
+        if now.inputs.is_some() && Some(now) == self.watched && self.waiter.is_watching() {
             return Ok(());
         }
         self.waiter.unwatch();
-        if now.is_none() {
+        if now.inputs.is_none() {
             // Gone (the root moved away, not made again yet): look every second until it is.
             self.waiter.poll(POLL);
             return Ok(());
         }
-        tracing::info!("inputs/ was replaced: watching the new one");
-        self._presence = self.mailbox.presence(&self.agent)?;
+        if self.watched.is_none_or(|w| w.inputs != now.inputs) {
+            tracing::info!("inputs/ was replaced: watching the new one");
+            self._presence = self.mailbox.presence(&self.agent)?;
+        }
         self.arm()
     }
 
@@ -301,8 +324,23 @@ impl Checkpoint {
     }
 }
 
-/// A directory's (device, inode), following the path as it is now.
+/// What a wait watches: `inputs/` and the agent's buffer, each by (device, inode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Watched {
+    inputs: Option<(u64, u64)>,
+    buffer: Option<(u64, u64)>,
+}
+
+/// A real directory's (device, inode) at `dir` as it is now; `None` for anything else (a
+/// symlink is not followed).
 fn identity(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+    std::fs::symlink_metadata(dir)
+        .ok()
+        .filter(std::fs::Metadata::is_dir)
+        .map(|m| (m.dev(), m.ino()))
+}
+
+fn is_real_dir(dir: &Path) -> bool {
+    identity(dir).is_some()
 }

@@ -366,6 +366,24 @@ fn goblin_and_mux_directories_planted_as_links_are_never_followed() {
     std::fs::create_dir_all(project.join("session")).unwrap();
     std::os::unix::fs::symlink(&victim_dir, project.join("session/.signals")).unwrap();
     let proj = project.to_str().unwrap();
+    // check and verify refuse the planted `.signals` by name instead of reading it as empty.
+    for args in [
+        vec!["mux", "verify", "session", "--project-root", proj],
+        vec![
+            "mux",
+            "check",
+            "session",
+            "--expected",
+            "1",
+            "--project-root",
+            proj,
+        ],
+    ] {
+        let out = sigbox(&project, &args, "mux");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("session/.signals"), "{args:?}: {err}");
+    }
     for args in [
         vec![
             "mux",
@@ -468,6 +486,82 @@ fn names_that_are_not_utf8_in_every_directory_never_panic_or_stop_a_command() {
                 .keys()
                 .any(|p| p.to_string_lossy().contains(id.as_str())),
             "{id} lost"
+        );
+    }
+}
+
+/// The inotify watches a process holds (`inotify wd:` lines of its descriptors' fdinfo).
+fn inotify_watches(pid: u32) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        if let Ok(text) = std::fs::read_to_string(e.path()) {
+            n += text
+                .lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count();
+        }
+    }
+    n
+}
+
+#[test]
+fn waits_never_watch_through_a_planted_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let victim_dir = tmp.path().join("victim");
+    for i in 0..200 {
+        std::fs::create_dir_all(victim_dir.join(format!("d{i}"))).unwrap();
+    }
+    // A mailbox whose buffered/ holds a link to a tree of 200 directories.
+    let root = tmp.path().join("root");
+    mailbox(&root);
+    // The Reviewer takes the broadcast now, so that its wait below blocks.
+    assert!(sigbox(&root, &["poll", "--as", "Reviewer"], "setup").status.success());
+    std::os::unix::fs::symlink(&victim_dir, root.join("buffered/Zed")).unwrap();
+    // A mux session whose .signals/sub is such a link.
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(project.join("s/.signals")).unwrap();
+    std::os::unix::fs::symlink(&victim_dir, project.join("s/.signals/sub")).unwrap();
+    let proj = project.to_str().unwrap();
+    let runs: [(&Path, Vec<&str>); 2] = [
+        (&root, vec!["wait", "--as", "Reviewer", "--timeout", "3s"]),
+        (
+            &project,
+            vec![
+                "mux",
+                "check",
+                "s",
+                "--expected",
+                "1",
+                "--project-root",
+                proj,
+                "--timeout",
+                "3s",
+            ],
+        ),
+    ];
+    for (dir, args) in runs {
+        let mut child = Command::new(BIN)
+            .arg("--root")
+            .arg(dir)
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(800));
+        let watches = inotify_watches(child.id());
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.is_empty(), "{args:?}: {err}");
+        // Its own few directories, never the 200 behind the link.
+        assert!(watches < 10, "{args:?} holds {watches} inotify watches");
+        assert!(
+            watches > 0,
+            "{args:?} watches nothing: the test proves nothing"
         );
     }
 }

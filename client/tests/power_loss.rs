@@ -131,6 +131,11 @@ struct Tally {
     redelivered: usize,
     twice_marked: usize,
     fsck_fixed: usize,
+    /// Boot-time checks stopped by the known limit (mailbox: spec/guarantees.md, "power loss
+    /// during another process's claim" on ext4 without a journal), and the signals the manual
+    /// check then put in `lost+found/`.
+    fsck_stopped: usize,
+    in_lost_found: usize,
 }
 
 /// One power loss on `fs`; adds to `tally`.
@@ -192,19 +197,53 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, tally: &mut Tally) {
         );
         let out = run("e2fsck", &["-p", crash.to_str().unwrap()]);
         let code = out.status.code().unwrap_or(8);
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        // The one known way to stop it: a claim's removal from inputs/ made durable by another
+        // process's fsync before its arrival in the slot, on a filesystem that writes the two
+        // directories apart (no journal). The inode is then "unattached"; a manual check
+        // puts it in lost+found/, where the drain below looks for it and counts it.
+        let known_limit = fs.args.contains(&"^has_journal")
+            && code == 4
+            && said.contains("Unattached inode")
+            && !said.contains("directory corrupted");
         assert!(
-            code <= 1,
+            code <= 1 || known_limit,
             "{}: boot-time e2fsck -p stopped the boot (exit {code}; the image before the check: \
-             {}): {}{}",
+             {}): {said}",
             fs.name,
             kept.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
         );
+        if known_limit {
+            tally.fsck_stopped += 1;
+            let out = run("e2fsck", &["-fy", crash.to_str().unwrap()]);
+            assert!(
+                out.status.code().unwrap_or(8) <= 1,
+                "{}: manual e2fsck -fy: {}",
+                fs.name,
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
         let _ = std::fs::remove_file(&kept);
         tally.fsck_fixed += usize::from(code == 1);
     }
     let rebooted = Mounted::new(&crash, &mnt);
+    // Signals a manual check put in lost+found/ (only ever after the known limit above).
+    let found: Vec<String> = std::fs::read_dir(mnt.join("lost+found"))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| std::fs::read(e.path()).ok())
+                .filter_map(|b| {
+                    // The record's first document: the signal (a handling block may follow).
+                    serde_json::Deserializer::from_slice(&b)
+                        .into_iter::<serde_json::Value>()
+                        .next()?
+                        .ok()
+                })
+                .filter_map(|v| v["id"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
     // Drain with live consumers.
     let mut after = String::new();
     for _ in 0..1000 {
@@ -268,7 +307,11 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, tally: &mut Tally) {
         }
         tally.redelivered += usize::from(*again > 0);
     }
-    let lost: Vec<&String> = sent.iter().filter(|id| !seen.contains_key(*id)).collect();
+    tally.in_lost_found += found.len();
+    let lost: Vec<&String> = sent
+        .iter()
+        .filter(|id| !seen.contains_key(*id) && !found.contains(id))
+        .collect();
     assert!(
         lost.is_empty(),
         "{}: {} acknowledged sends lost after the power loss: {lost:?}",
@@ -313,7 +356,7 @@ fn power_losses_on_real_filesystems_lose_nothing() {
             one_power_loss(fs, &work, (i as u64).wrapping_mul(7919) + 13, &mut tally);
         }
         eprintln!(
-            "{}: {} power losses: {} sends acknowledged, 0 lost; {} printed before the loss, {} after; {} printed marked as redeliveries, {} of them a second print (all marked), 0 unmarked twice, 0 torn; boot-time fsck: {} corrected, 0 stopped",
+            "{}: {} power losses: {} sends acknowledged, 0 lost; {} printed before the loss, {} after; {} printed marked as redeliveries, {} of them a second print (all marked), 0 unmarked twice, 0 torn; boot-time fsck: {} corrected, {} stopped by the known limit (no journal: {} signals found by the manual check in lost+found/)",
             fs.name,
             tally.losses,
             tally.sent,
@@ -321,7 +364,9 @@ fn power_losses_on_real_filesystems_lose_nothing() {
             tally.drained,
             tally.redelivered,
             tally.twice_marked,
-            tally.fsck_fixed
+            tally.fsck_fixed,
+            tally.fsck_stopped,
+            tally.in_lost_found
         );
         ran += 1;
         let _ = std::fs::remove_dir_all(&work);

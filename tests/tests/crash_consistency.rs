@@ -631,7 +631,7 @@ fn crash_during_mux_signal_writes() {
                 ),
             }
             // Staging files are dot-files: never counted as signals.
-            let found = mux::find(&c.join("tmp/mux/s1"), None);
+            let found = mux::find(&c.join("tmp/mux/s1"), None).unwrap();
             assert!(found.done.len() <= 1, "crash at {n}");
         },
     );

@@ -26,12 +26,27 @@ pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             let deadline = sigbox_client::deadline_after(timeout);
             let mut waiter = Waiter::new();
             waiter.poll(Duration::from_millis(200));
+            // Watched without recursion and only where a real directory is (a watch follows
+            // paths): the session and the directory its signals go to, once it exists.
+            let signals = dir.clone().unwrap_or_else(|| session.join(".signals"));
+            let real = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+            let mut watching_signals = false;
             loop {
-                if !waiter.is_watching() && deadline.is_some() && session.is_dir() {
-                    let _ = waiter.watch(&[(&session, true)]);
+                let want_signals = real(&signals);
+                if deadline.is_some()
+                    && real(&session)
+                    && (!waiter.is_watching() || want_signals != watching_signals)
+                {
+                    let mut dirs: Vec<(&Path, bool)> = vec![(&session, false)];
+                    if want_signals {
+                        dirs.push((&signals, false));
+                    }
+                    if waiter.watch(&dirs).is_ok() {
+                        watching_signals = want_signals;
+                    }
                 }
                 waiter.drain();
-                let found = mux::find(&session, dir.as_deref());
+                let found = mux::find(&session, dir.as_deref())?;
                 warn_misplaced(&found);
                 let mut report = mux::check(&found, expected, require_pass);
                 let arrived = report.complete + report.failed >= expected;
@@ -58,7 +73,7 @@ pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             project_root,
         } => {
             let (session, dir) = session_dirs(&project_root, &session, signals_dir.as_deref())?;
-            let found = mux::find(&session, dir.as_deref());
+            let found = mux::find(&session, dir.as_deref())?;
             warn_misplaced(&found);
             verify(&found, &action, out)
         }
