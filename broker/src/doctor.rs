@@ -270,10 +270,14 @@ fn kind_name(kind: EntryKind) -> &'static str {
 
 /// The finding for a layout directory that is something else.
 fn not_a_directory(kind: EntryKind) -> String {
+    let why = if kind == EntryKind::Symlink {
+        "a security problem (a link here could lead outside the root)"
+    } else {
+        "planted or left by something other than sigbox"
+    };
     format!(
-        "is {} where sigbox expects a directory: a security problem (a link here could lead \
-         outside the root); sigbox refuses it and touches nothing through it; remove it (sigbox \
-         makes the directory again)",
+        "is {} where sigbox expects a directory: {why}; sigbox refuses it and touches nothing \
+         through it; remove it (sigbox makes the directory again)",
         kind_name(kind)
     )
 }

@@ -5,7 +5,6 @@
 //! error) names the path.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -419,7 +418,12 @@ fn goblin_and_mux_directories_planted_as_links_are_never_followed() {
 
 #[test]
 fn a_planted_fifo_socket_or_file_at_a_layout_path_is_named_by_the_error() {
-    for kind in [Plant::Symlink, Plant::File] {
+    for (kind, what) in [
+        (Plant::Symlink, "is a symlink"),
+        (Plant::File, "is a regular file"),
+        (Plant::Fifo, "is a FIFO, socket or device"),
+        (Plant::Socket, "is a FIFO, socket or device"),
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("root");
         mailbox(&root);
@@ -431,11 +435,10 @@ fn a_planted_fifo_socket_or_file_at_a_layout_path_is_named_by_the_error() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{kind:?}: {err}");
         assert!(
-            err.contains(&target.display().to_string())
-                && err.contains("symlink or not a directory"),
-            "{kind:?}: the error does not name the path: {err}"
+            err.contains(&target.display().to_string()) && err.contains(what),
+            "{kind:?}: the error does not name the path and what is there: {err}"
         );
-        let _ = std::fs::metadata(&target).map(|m| m.file_type().is_fifo());
+        assert_eq!(err.trim().lines().count(), 1, "{kind:?}: one line: {err}");
     }
 }
 
@@ -518,7 +521,11 @@ fn waits_never_watch_through_a_planted_link() {
     let root = tmp.path().join("root");
     mailbox(&root);
     // The Reviewer takes the broadcast now, so that its wait below blocks.
-    assert!(sigbox(&root, &["poll", "--as", "Reviewer"], "setup").status.success());
+    assert!(
+        sigbox(&root, &["poll", "--as", "Reviewer"], "setup")
+            .status
+            .success()
+    );
     std::os::unix::fs::symlink(&victim_dir, root.join("buffered/Zed")).unwrap();
     // A mux session whose .signals/sub is such a link.
     let project = tmp.path().join("project");

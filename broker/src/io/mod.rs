@@ -263,17 +263,25 @@ impl Io {
         if parent {
             comps.pop();
         }
+        let mut what = "not a directory";
         for c in comps {
             at.push(c);
-            if !std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_dir()) {
-                break;
+            match std::fs::symlink_metadata(&at).map(|m| m.file_type()) {
+                Ok(t) if t.is_dir() => continue,
+                Ok(t) if t.is_symlink() => what = "a symlink",
+                Ok(t) if t.is_file() => what = "a regular file",
+                Ok(_) => what = "a FIFO, socket or device",
+                Err(_) => {}
             }
+            break;
         }
         Error::new(
             ErrorKind::PathEscape,
             Some(&at),
-            "is a symlink or not a directory: sigbox never follows a link beneath the root and \
-             touches nothing through it; make it a real directory (`sigbox doctor` lists such paths)",
+            format!(
+                "is {what} where a directory belongs: sigbox never follows a link beneath the \
+                 root and touches nothing through it; make it a real directory"
+            ),
         )
     }
 
@@ -799,7 +807,15 @@ impl Io {
 /// Opens an existing presence lock file: never through a symlink, never blocking (a FIFO
 /// planted there would hang every pass), and only a regular file.
 fn open_lock_file(dir: &sys::Dir, name: &std::ffi::OsStr) -> io::Result<File> {
-    let file = sys::open_untrusted_at(dir, name, rustix::fs::OFlags::RDONLY)?;
+    let file = match sys::open_untrusted_at(dir, name, rustix::fs::OFlags::RDONLY) {
+        Err(e) if is_symlink_error(&e) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a symlink (a presence lock must be a plain file; remove what is there)",
+            ));
+        }
+        other => other?,
+    };
     if !file.metadata()?.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

@@ -112,11 +112,19 @@ impl MailboxOptions {
                     ));
                 }
                 Some(s) if s.kind != EntryKind::Dir => {
+                    let what = match s.kind {
+                        EntryKind::Symlink => "a symlink",
+                        EntryKind::File => "a regular file",
+                        _ => "a FIFO, socket or device",
+                    };
                     return Err(Error::new(
                         ErrorKind::PathEscape,
                         Some(&p),
-                        "is a symlink or not a directory: sigbox never follows a link beneath \
-                         the root and touches nothing through it; make it a real directory",
+                        format!(
+                            "is {what} where a directory belongs: sigbox never follows a link \
+                             beneath the root and touches nothing through it; make it a real \
+                             directory (`sigbox doctor` lists every such path)"
+                        ),
                     ));
                 }
                 _ => {}

@@ -390,7 +390,8 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
             ));
         }
     };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
+    // Longer than a Duration holds (about 585 billion years): as good as for ever.
+    Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
 }
 
 #[cfg(test)]
@@ -399,6 +400,11 @@ mod tests {
 
     #[test]
     fn durations() {
+        assert_eq!(
+            parse_duration("18446744073709551615000s"),
+            Ok(Duration::MAX),
+            "saturates"
+        );
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
