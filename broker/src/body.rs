@@ -23,15 +23,103 @@ pub(crate) struct Body {
 
 /// Parses a body as `format`. The error is the reason, without the path.
 pub(crate) fn parse_body(bytes: &[u8], format: Format) -> std::result::Result<Body, String> {
-    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    let text = std::str::from_utf8(strip_bom(bytes)).map_err(|e| format!("not UTF-8: {e}"))?;
     if text.trim().is_empty() {
         return Err("empty file".into());
     }
     let value: Value = match format {
-        Format::Json => serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?,
-        Format::Yaml => parse_yaml(text)?,
+        Format::Json => parse_json(text)?,
+        Format::Yaml => parse_yaml_body(text)?,
     };
     body_of(value)
+}
+
+/// `bytes` without a leading UTF-8 byte order mark (which editors on some systems write, and
+/// which is no part of the document).
+pub(crate) fn strip_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes)
+}
+
+/// Parses one JSON document, refusing duplicate keys at any depth: a second `"type"` or
+/// `"target"` would otherwise silently win.
+pub(crate) fn parse_json(text: &str) -> std::result::Result<Value, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = serde::Deserialize::deserialize(&mut de)
+        .map(|Strict(v)| v)
+        .map_err(|e| format!("invalid JSON: {e}"))?;
+    de.end().map_err(|e| format!("invalid JSON: {e}"))?;
+    Ok(value)
+}
+
+/// A JSON value whose objects have no duplicate keys (deserializing fails on one).
+pub(crate) struct Strict(pub(crate) Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Strict, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> std::result::Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> std::result::Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> std::result::Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> std::result::Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
+        serde::Deserialize::deserialize(d).map(|Strict(v)| v)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Strict(v) = map.next_value()?;
+            if out.insert(key.clone(), v).is_some() {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key `{key}` (a field may appear once)"
+                )));
+            }
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 /// The [`Body`] of a parsed document.
@@ -50,12 +138,32 @@ fn body_of(value: Value) -> std::result::Result<Body, String> {
         Some(other) => Err(format!("field `target` is not a string: {other}")),
     };
     let created_at = match fields.get("created_at") {
-        Some(Value::String(s)) => Some(
-            DateTime::parse_from_rfc3339(s.trim())
-                .map_err(|e| format!("field `created_at` is not an ISO-8601 instant: {e}"))?,
-        ),
-        _ => None,
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(instant(s.trim()).ok_or_else(|| {
+            format!(
+                "field `created_at` is not an ISO-8601 instant ({s:?}); write it as \
+                 2026-02-08T14:30:04Z"
+            )
+        })?),
+        Some(other) => {
+            return Err(format!(
+                "field `created_at` must be an ISO-8601 instant as a string, not {other}"
+            ));
+        }
     };
+    match fields.get("from") {
+        None | Some(Value::Null | Value::String(_)) => {}
+        Some(other) => return Err(format!("field `from` must be a string, not {other}")),
+    }
+    match fields.get("iteration") {
+        None | Some(Value::Null) => {}
+        Some(Value::Number(n)) if n.is_u64() => {}
+        Some(other) => {
+            return Err(format!(
+                "field `iteration` must be a whole number of 0 or more, not {other}"
+            ));
+        }
+    }
     Ok(Body {
         type_name,
         target,
@@ -74,15 +182,16 @@ pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<
     match format {
         Format::Json => {
             // The first document is the signal (parsed once); the rest are handling blocks.
-            let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
+            let bytes = strip_bom(bytes);
+            let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Strict>();
             let mut body = match stream.next() {
-                Some(Ok(head)) => body_of(head)?,
+                Some(Ok(Strict(head))) => body_of(head)?,
                 Some(Err(e)) => return Err(format!("invalid JSON: {e}")),
                 None => return Err("empty file".into()),
             };
             for tail in stream {
                 match tail {
-                    Ok(Value::Object(extra)) => body.fields.extend(extra),
+                    Ok(Strict(Value::Object(extra))) => body.fields.extend(extra),
                     _ => break,
                 }
             }
@@ -117,9 +226,66 @@ pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<
     }
 }
 
+/// An instant: RFC 3339 with its offset, or (as upstream Ralph's names are read) a local time
+/// without one.
+fn instant(s: &str) -> Option<DateTime<FixedOffset>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t);
+    }
+    let naive = chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
+        .or_else(|_| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f"))
+        .ok()?;
+    naive
+        .and_local_timezone(chrono::Local)
+        .earliest()
+        .map(|t| t.fixed_offset())
+}
+
+/// The fields whose values are text: in YAML their scalars are kept exactly as written
+/// (`message: no` is the text "no", `target: 017` is "017"), never read as booleans or numbers.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct TextFields {
+    #[serde(rename = "type")]
+    type_name: Option<String>,
+    target: Option<String>,
+    message: Option<String>,
+    from: Option<String>,
+    id: Option<String>,
+    created_at: Option<String>,
+}
+
+/// A YAML body: the document as values, then its text fields read again as text.
+fn parse_yaml_body(text: &str) -> std::result::Result<Value, String> {
+    let mut value = parse_yaml(text)?;
+    if let Value::Object(fields) = &mut value
+        && let Ok(t) = serde_saphyr::from_str_with_options::<TextFields>(text, yaml_options())
+    {
+        let text_fields = [
+            ("type", t.type_name),
+            ("target", t.target),
+            ("message", t.message),
+            ("from", t.from),
+            ("id", t.id),
+            ("created_at", t.created_at),
+        ];
+        for (key, text) in text_fields {
+            if let Some(text) = text
+                && fields
+                    .get(key)
+                    .is_some_and(|v| !v.is_string() && !v.is_null())
+            {
+                fields.insert(key.to_string(), Value::String(text));
+            }
+        }
+    }
+    Ok(value)
+}
+
 /// YAML limits: a body is a handful of fields, so anything deep or alias-heavy is hostile.
-fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
-    let options = serde_saphyr::options! {
+/// YAML 1.2 booleans only (`yes`/`no`/`on`/`off` are text) and duplicate keys refused.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_depth: 64,
             max_aliases: 64,
@@ -129,9 +295,32 @@ fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
             max_total_scalar_bytes: 2 * 1024 * 1024,
             max_documents: 1,
         },
-    };
-    serde_saphyr::from_str_with_options::<Value>(text, options)
-        .map_err(|e| format!("invalid YAML: {}", first_line(&e.to_string())))
+        strict_booleans: true,
+        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+    }
+}
+
+fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
+    serde_saphyr::from_str_with_options::<Value>(text, yaml_options())
+        .map_err(|e| format!("invalid YAML: {}", yaml_reason(&e.to_string())))
+}
+
+/// A YAML error's reason in sigbox's words, without the parser's internals.
+fn yaml_reason(e: &str) -> String {
+    let line = first_line(e);
+    if line.to_ascii_lowercase().contains("duplicate") {
+        let key = line
+            .split('`')
+            .nth(1)
+            .or_else(|| line.split('"').nth(1))
+            .map(|k| format!(" `{k}`"))
+            .unwrap_or_default();
+        return format!("duplicate key{key} (a field may appear once)");
+    }
+    if line.contains("budget") {
+        return "too deep, too large or too many aliases for a signal".into();
+    }
+    line.to_string()
 }
 
 fn first_line(s: &str) -> &str {

@@ -71,4 +71,4 @@ pub use mailbox::{
     Buffered, DEFAULT_QUORUM, Finished, LAYOUT, Mailbox, MailboxOptions, Pass, PassControl,
     Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE, SHARED_FILE_MODE,
 };
-pub use signal::{NewSignal, ROLES, Signal, SignalType, Target};
+pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, valid_agent};

@@ -847,3 +847,80 @@ fn a_root_whose_path_is_not_utf8_works_and_prints_valid_json() {
     run(&["--json", "ls", "--all"]);
     run(&["--json", "log"]);
 }
+
+/// What no consumer would take is refused at `send`, one line, exit 2, nothing written: an
+/// empty or `none` target, a sender name with a newline, a message over the file cap.
+#[test]
+fn senders_are_refused_what_no_consumer_takes() {
+    let env = Env::new();
+    for (args, needle) in [
+        (
+            vec!["send", "abort", "x", "--target", ""],
+            "--target is empty",
+        ),
+        (
+            vec!["send", "abort", "x", "--target", "  "],
+            "--target is empty",
+        ),
+        (
+            vec!["send", "abort", "x", "--target", "none"],
+            "--no-target",
+        ),
+        (vec!["send", "info", "x", "--from", "a\nb"], "--from"),
+        (vec!["send", "info", "x", "--from", ""], "--from"),
+        (vec!["poll", "--as", "exe cutor"], "invalid agent name"),
+    ] {
+        let out = env.run(&args);
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(2), "{:?}: {err}", &args[..2]);
+        assert!(err.contains(needle), "{:?}: {err}", &args[..2]);
+    }
+    // A message over the cap (read from stdin: an argument that long is refused by exec).
+    let mut child = env
+        .cmd(&["send", "info", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let writer = child.stdin.take().unwrap();
+    let feed = std::thread::spawn(move || {
+        let mut w = writer;
+        let _ = w.write_all(&vec![b'a'; 1_100_000]);
+    });
+    let out = child.wait_with_output().unwrap();
+    feed.join().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_line(&out).contains("must stay under"),
+        "{}",
+        stderr_line(&out)
+    );
+    assert!(
+        env.ok(&["ls"]).trim().is_empty(),
+        "a refused send wrote something"
+    );
+}
+
+/// The known roles are one agent in any case, in `--as` as in `--target`; approval states are
+/// matched in any case too.
+#[test]
+fn roles_and_states_match_in_any_case() {
+    let env = Env::new();
+    env.ok(&["send", "steer", "to the executor", "--target", "EXECUTOR"]);
+    let got = env.json_lines(&["poll", "--as", "executor"]);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["target"], "Executor");
+    env.ok(&["send", "approve", "go", "--target", "Orchestrator"]);
+    let got = env.json_lines(&[
+        "poll",
+        "--as",
+        "orchestrator",
+        "--state",
+        "knowledge_approval",
+    ]);
+    assert_eq!(
+        got.len(),
+        1,
+        "APPROVE in the approval state, whatever its case: {got:?}"
+    );
+}

@@ -79,6 +79,10 @@ impl std::fmt::Debug for Mailbox {
     }
 }
 
+/// Bytes a sent signal leaves free under the file cap for the handling blocks appended to it
+/// (each is about 150 bytes: the claim's and a few redeliveries').
+const HANDLING_ROOM: u64 = 4096;
+
 fn lossy(name: &OsStr) -> String {
     name.to_string_lossy().into_owned()
 }
@@ -281,6 +285,20 @@ impl Mailbox {
         let file = name::canonical_name(at, &unique, type_name, &s.target);
         let id = name::signal_id(&file).to_string();
         let bytes = body::canonical_bytes(s, &id, at);
+        // What no consumer would take is refused here, not quarantined later: the file with
+        // room for the handling blocks a claim and its redeliveries append must fit the cap.
+        if bytes.len() as u64 + HANDLING_ROOM > self.opts.max_file_size {
+            return Err(Error::new(
+                ErrorKind::TooLarge,
+                None,
+                format!(
+                    "the signal would be {} bytes; with room for its handling record a signal \
+                     must stay under {} bytes (send a path to a file instead of its content)",
+                    bytes.len(),
+                    self.opts.max_file_size - HANDLING_ROOM
+                ),
+            ));
+        }
         let dest = self.layout.inputs.join(&file);
         let stage = atomic::stage_name_from(&self.layout.inputs, &unique, "send");
         match atomic::write_atomic(&self.io, &stage, &dest, &bytes, Clobber::No)? {

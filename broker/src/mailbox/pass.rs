@@ -161,7 +161,12 @@ impl Mailbox {
             agent,
             is_orch,
             approval: is_orch
-                && state.is_some_and(|s| self.opts.approval_states.iter().any(|a| a == s)),
+                && state.is_some_and(|s| {
+                    self.opts
+                        .approval_states
+                        .iter()
+                        .any(|a| a.eq_ignore_ascii_case(s.trim()))
+                }),
         };
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
         let flight = flights.entry(agent.to_string()).or_default();

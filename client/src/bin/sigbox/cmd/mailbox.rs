@@ -41,6 +41,16 @@ pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result
     let ty = parse_type(&args.signal_type)?;
     let target = if args.no_target {
         Target::None
+    } else if args.target.trim().is_empty() {
+        anyhow::bail!("--target is empty: name an agent or ALL, or send with --no-target");
+    } else if ["none", "null", "-"]
+        .iter()
+        .any(|n| n.eq_ignore_ascii_case(args.target.trim()))
+    {
+        anyhow::bail!(
+            "--target {:?} names no agent: did you mean --no-target?",
+            args.target
+        );
     } else {
         Target::parse(Some(&args.target)).map_err(anyhow::Error::msg)?
     };
@@ -60,6 +70,12 @@ pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result
         None => {}
     }
     if let Some(f) = args.from {
+        if f.trim().is_empty() || f.chars().any(char::is_control) {
+            anyhow::bail!(
+                "--from {f:?}: the sender's name must be non-empty text on one line, without \
+                 control characters"
+            );
+        }
         s.from(f);
     }
     if let Some(i) = args.iteration {
@@ -83,7 +99,7 @@ pub(crate) fn poll(root: &Path, args: &AgentArgs, out: &mut Out) -> anyhow::Resu
 }
 
 fn checkpoint(root: &Path, args: &AgentArgs) -> anyhow::Result<Checkpoint> {
-    let mut cp = Checkpoint::open(root, &args.agent)?;
+    let mut cp = Checkpoint::open(root, &agent_name(&args.agent)?)?;
     cp.state(args.state.as_deref());
     Ok(cp)
 }
@@ -315,4 +331,21 @@ pub(crate) fn gc(
         format!("removed {n} stale staging file(s)")
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The agent an `--as` names: one of the known roles in any case (`executor` is the
+/// Executor, as a target is read), or a name of its own; anything else is refused.
+pub(crate) fn agent_name(name: &str) -> anyhow::Result<String> {
+    let name = name.trim();
+    if let Some(role) = sigbox::ROLES.iter().find(|r| r.eq_ignore_ascii_case(name)) {
+        return Ok((*role).to_string());
+    }
+    if sigbox::valid_agent(name) {
+        return Ok(name.to_string());
+    }
+    anyhow::bail!(
+        "invalid agent name {name:?} (--as): one of {} (any case), or a letter then up to 63 \
+         letters, digits, '_' or '-'",
+        sigbox::ROLES.join(", ")
+    )
 }

@@ -1,0 +1,230 @@
+//! What a signal means (spec/mailbox.md §3.3): one reading of a file, whatever wrote it. Each
+//! row is a file dropped in `inputs/` and what the Executor's pass must make of it: the
+//! message it delivers as text exactly as written, or the reason it quarantines with, naming
+//! the field. Rows run in JSON and in YAML wherever both can say the same.
+
+use std::time::Duration;
+
+use sigbox::MailboxOptions;
+
+/// What a row expects.
+enum Outcome {
+    /// Delivered with this message (exactly this text).
+    Message(&'static str),
+    /// Delivered with this `iteration`.
+    Iteration(u64),
+    /// Quarantined, the reason containing each of these.
+    Rejected(Vec<&'static str>),
+}
+use Outcome::{Iteration, Message, Rejected};
+
+/// Runs one file through a pass; fails with the row's name when the outcome differs.
+fn check(name: &str, file: &str, bytes: &[u8], want: &Outcome) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut o = MailboxOptions::new();
+    o.settle(Duration::ZERO);
+    let mb = o.init(tmp.path()).unwrap();
+    std::fs::write(tmp.path().join("inputs").join(file), bytes).unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    mb.ack("Executor").unwrap();
+    match want {
+        Message(m) => {
+            assert!(
+                pass.rejected.is_empty(),
+                "{name}: rejected {:?}",
+                pass.rejected
+            );
+            assert_eq!(pass.delivered.len(), 1, "{name}");
+            assert_eq!(pass.delivered[0].message.as_deref(), Some(*m), "{name}");
+        }
+        Iteration(i) => {
+            assert!(
+                pass.rejected.is_empty(),
+                "{name}: rejected {:?}",
+                pass.rejected
+            );
+            assert_eq!(pass.delivered[0].iteration, Some(*i), "{name}");
+        }
+        Rejected(words) => {
+            assert!(
+                pass.delivered.is_empty(),
+                "{name}: delivered {:?}",
+                pass.delivered
+            );
+            assert_eq!(pass.rejected.len(), 1, "{name}");
+            let reason = &pass.rejected[0].reason;
+            for w in words {
+                assert!(reason.contains(w), "{name}: reason {reason:?} lacks {w:?}");
+            }
+            // Sigbox's words, not the parser's internals.
+            for internal in ["DuplicateKeyPolicy", "Options", "budget breached"] {
+                assert!(!reason.contains(internal), "{name}: reason {reason:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn yaml_text_fields_keep_their_text() {
+    for (scalar, text) in [
+        ("no", "no"),
+        ("yes", "yes"),
+        ("off", "off"),
+        ("017", "017"),
+        ("1.10", "1.10"),
+        ("0x10", "0x10"),
+        ("1e3", "1e3"),
+        ("~x", "~x"),
+        ("true", "true"),
+        ("12:30", "12:30"),
+    ] {
+        let yaml = format!("type: STEER\ntarget: Executor\nmessage: {scalar}\n");
+        check(
+            &format!("message: {scalar}"),
+            "m.yaml",
+            yaml.as_bytes(),
+            &Message(text),
+        );
+    }
+    // JSON says what it means: a string is text.
+    check(
+        "json string",
+        "m.json",
+        br#"{"type":"STEER","target":"Executor","message":"no"}"#,
+        &Message("no"),
+    );
+}
+
+#[test]
+fn duplicate_keys_are_refused_in_every_format() {
+    for (file, body) in [
+        (
+            "d.json",
+            &br#"{"type":"STEER","target":"Executor","type":"ABORT"}"#[..],
+        ),
+        (
+            "d.yaml",
+            &b"type: STEER\ntarget: Executor\ntype: ABORT\n"[..],
+        ),
+        (
+            "t.json",
+            &br#"{"type":"STEER","target":"Executor","message":"m","target":"Planner"}"#[..],
+        ),
+        (
+            "n.json",
+            &br#"{"type":"STEER","target":"Executor","meta":{"a":1,"a":2}}"#[..],
+        ),
+    ] {
+        check(file, file, body, &Rejected(vec!["duplicate key"]));
+    }
+}
+
+#[test]
+fn a_byte_order_mark_is_no_part_of_the_document() {
+    let bom = "\u{feff}";
+    check(
+        "json",
+        "b.json",
+        format!(r#"{bom}{{"type":"STEER","target":"Executor","message":"bom"}}"#).as_bytes(),
+        &Message("bom"),
+    );
+    check(
+        "yaml",
+        "b.yaml",
+        format!("{bom}type: STEER\ntarget: Executor\nmessage: bom\n").as_bytes(),
+        &Message("bom"),
+    );
+}
+
+#[test]
+fn typed_fields_are_what_they_say_or_the_file_is_refused_naming_them() {
+    for (field, json, yaml) in [
+        ("iteration", r#""3""#, r#""3""#),
+        ("iteration", "-5", "-5"),
+        ("iteration", "3.5", "3.5"),
+        ("iteration", "true", "true"),
+        ("created_at", "1700000000", "1700000000"),
+        ("created_at", r#""yesterday""#, "yesterday"),
+        ("from", "42", "42"),
+    ] {
+        // `from` in YAML is text (`from: 42` is the text "42"): only JSON can say a number.
+        let body = format!(r#"{{"type":"STEER","target":"Executor","{field}":{json}}}"#);
+        check(
+            &format!("json {field}: {json}"),
+            "f.json",
+            body.as_bytes(),
+            &Rejected(vec![field]),
+        );
+        if field != "from" && !(field == "created_at" && yaml == "1700000000") {
+            let body = format!("type: STEER\ntarget: Executor\n{field}: {yaml}\n");
+            check(
+                &format!("yaml {field}: {yaml}"),
+                "f.yaml",
+                body.as_bytes(),
+                &Rejected(vec![field]),
+            );
+        }
+    }
+    for (json, yaml) in [("7", "7"), ("0", "0")] {
+        let n = json.parse().unwrap();
+        let body = format!(r#"{{"type":"STEER","target":"Executor","iteration":{json}}}"#);
+        check("json iteration", "i.json", body.as_bytes(), &Iteration(n));
+        let body = format!("type: STEER\ntarget: Executor\niteration: {yaml}\n");
+        check("yaml iteration", "i.yaml", body.as_bytes(), &Iteration(n));
+    }
+    // An instant without an offset is local time, as upstream names are read; it is not
+    // refused.
+    let body = r#"{"type":"STEER","target":"Executor","message":"local","created_at":"2026-02-08T14:30:04"}"#;
+    check(
+        "created_at without offset",
+        "c.json",
+        body.as_bytes(),
+        &Message("local"),
+    );
+}
+
+/// The same content as JSON and as YAML reads the same: a property over generated messages.
+#[test]
+fn the_same_content_reads_the_same_in_json_and_yaml() {
+    let texts = [
+        "plain",
+        "no",
+        "0x1F",
+        "007",
+        "1.50",
+        "null",
+        "~",
+        "a: b",
+        "- item",
+        "#hash",
+        "ünï",
+        "'quoted'",
+        "tab\there",
+        " spaced ",
+    ];
+    for text in texts {
+        let json = serde_json::json!({"type": "STEER", "target": "Executor", "message": text});
+        let yaml = format!(
+            "type: STEER\ntarget: Executor\nmessage: {}\n",
+            serde_json::to_string(text).unwrap()
+        );
+        let read = |file: &str, bytes: &[u8]| {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut o = MailboxOptions::new();
+            o.settle(Duration::ZERO);
+            let mb = o.init(tmp.path()).unwrap();
+            std::fs::write(tmp.path().join("inputs").join(file), bytes).unwrap();
+            let pass = mb.pass("Executor", None).unwrap();
+            assert!(
+                pass.rejected.is_empty(),
+                "{text:?} in {file}: {:?}",
+                pass.rejected
+            );
+            pass.delivered[0].message.clone()
+        };
+        let a = read("x.json", json.to_string().as_bytes());
+        let b = read("x.yaml", yaml.as_bytes());
+        assert_eq!(a.as_deref(), Some(text), "JSON {text:?}");
+        assert_eq!(a, b, "JSON and YAML read {text:?} differently");
+    }
+}
