@@ -201,16 +201,40 @@ fn event_of(l: Line<'_>) -> Option<FluxEvent> {
     }
 }
 
+/// `bytes` without the white space JavaScript's `trim()` removes at either end (Unicode
+/// `White_Space` and U+FEFF); ASCII-only trimming where the line is not UTF-8.
+fn trim_like_js(bytes: &[u8]) -> &[u8] {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s
+            .trim_matches(|c: char| c.is_whitespace() || c == '\u{feff}')
+            .as_bytes(),
+        Err(_) => bytes.trim_ascii(),
+    }
+}
+
 /// Parses one line; `None` for plain output.
 pub fn parse_line(line: usize, text: &[u8]) -> Option<FluxEvent> {
-    let t = text.trim_ascii();
+    // Trimmed as upstream's JavaScript `trim()` trims: Unicode white space and the byte order
+    // mark, at both ends.
+    let t = trim_like_js(text);
     // Fast path: a signal line is a JSON object mentioning the key, directly or embedded in a
     // stream-json tool result.
     if t.first() != Some(&b'{') || memchr::memmem::find(t, KEY).is_none() {
         return None;
     }
-    let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(t) else {
-        return None;
+    let obj = match serde_json::from_slice(t) {
+        Ok(crate::body::Strict(Value::Object(obj))) => obj,
+        Ok(_) => return None,
+        Err(e) => {
+            // A key twice: upstream's JSON.parse would take the last one and act on it, so the
+            // line is reported, never dropped in silence.
+            return matches!(serde_json::from_slice(t), Ok(Value::Object(_))).then(|| {
+                FluxEvent::Error {
+                    line,
+                    error: format!("{e}; the signal is ambiguous, so it is not taken"),
+                }
+            });
+        }
     };
     match signal_of(&obj, line) {
         Some(r) => Some(r.unwrap_or_else(|error| FluxEvent::Error { line, error })),
@@ -355,7 +379,9 @@ impl ResultReport {
 /// never treated as proceed.
 pub fn validate_result(bytes: &[u8]) -> ResultReport {
     let mut errors = Vec::new();
-    let doc = match serde_json::from_slice::<Value>(bytes) {
+    let doc = match serde_json::from_slice::<crate::body::Strict>(crate::body::strip_bom(bytes))
+        .map(|s| s.0)
+    {
         Ok(v) => v,
         Err(e) => {
             return ResultReport {

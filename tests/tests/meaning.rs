@@ -228,3 +228,41 @@ fn the_same_content_reads_the_same_in_json_and_yaml() {
         assert_eq!(a, b, "JSON and YAML read {text:?} differently");
     }
 }
+
+/// The streams and documents read the same way: a byte order mark or Unicode white space
+/// around a Flux line is trimmed as upstream's `trim()` trims it (the line is not lost), and a
+/// duplicate key makes a result document or a Goblin body invalid.
+#[test]
+fn streams_and_documents_strip_a_bom_and_refuse_duplicate_keys() {
+    use sigbox::flux;
+    let line = r#"{"flux:signal": {"verdict": "abort", "reason": "stop"}}"#;
+    for framed in [
+        format!("\u{feff}{line}"),
+        format!("\u{a0}{line}\u{3000}"),
+        format!("  {line}\r"),
+    ] {
+        assert!(
+            flux::parse_line(1, framed.as_bytes()).is_some(),
+            "the abort in {framed:?} was lost"
+        );
+    }
+    // A key twice: reported as an error event naming it, never taken, never dropped.
+    let dup_line = r#"{"flux:signal": {"verdict": "proceed", "verdict": "abort"}}"#;
+    match flux::parse_line(1, dup_line.as_bytes()) {
+        Some(flux::FluxEvent::Error { error, .. }) => {
+            assert!(error.contains("duplicate key `verdict`"), "{error}");
+        }
+        other => panic!("a line with a key twice gave {other:?}"),
+    }
+    let doc = r#"{"verdict": "pass", "summary": "ok"}"#;
+    assert!(flux::validate_result(format!("\u{feff}{doc}").as_bytes()).valid);
+    let dup = r#"{"verdict": "pass", "summary": "ok", "verdict": "fail"}"#;
+    assert!(!flux::validate_result(dup.as_bytes()).valid);
+
+    let sig = sigbox::goblin::GoblinSignal::parse("test-failed").unwrap();
+    assert!(
+        sigbox::goblin::parse_payload(sig, "\u{feff}{\"reason\": \"flaky\"}".as_bytes()).is_ok()
+    );
+    let err = sigbox::goblin::parse_payload(sig, br#"{"reason": "a", "reason": "b"}"#).unwrap_err();
+    assert!(err.contains("duplicate key"), "{err}");
+}

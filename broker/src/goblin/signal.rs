@@ -168,10 +168,11 @@ impl Payload {
 /// Parses a Goblin file's bytes: empty (or only whitespace) is [`Payload::Empty`]; otherwise a
 /// JSON object valid for `signal`.
 pub fn parse_payload(signal: GoblinSignal, bytes: &[u8]) -> std::result::Result<Payload, String> {
+    let bytes = crate::body::strip_bom(bytes);
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Payload::Empty);
     }
-    match serde_json::from_slice::<Value>(bytes) {
+    match serde_json::from_slice::<crate::body::Strict>(bytes).map(|s| s.0) {
         Ok(Value::Object(m)) => {
             signal.validate(&m)?;
             Ok(Payload::Json(m))
