@@ -190,6 +190,25 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     let mut stale_stages = 0;
     for e in io.list(&layout.inputs, true).unwrap_or_default() {
         let p = layout.inputs.join(&e.name);
+        // A modification time in the future: copied with its times from a machine whose clock
+        // runs ahead. Read by when it arrived, but worth knowing.
+        if let Some(ahead) = io
+            .stamp(&p)
+            .ok()
+            .flatten()
+            .map(|m| m.mtime_ns - now)
+            .filter(|ahead| *ahead > 2_000_000_000)
+        {
+            out.push(Finding {
+                severity: Severity::Info,
+                path: p.clone(),
+                message: format!(
+                    "modified {} s in the future (copied with its times from a machine whose \
+                     clock runs ahead?); sigbox settles and orders it by when it arrived",
+                    ahead / 1_000_000_000
+                ),
+            });
+        }
         if name::classify(&e.name) != NameKind::InProgress || !old(&p) {
             continue;
         }

@@ -266,3 +266,36 @@ fn streams_and_documents_strip_a_bom_and_refuse_duplicate_keys() {
     let err = sigbox::goblin::parse_payload(sig, br#"{"reason": "a", "reason": "b"}"#).unwrap_err();
     assert!(err.contains("duplicate key"), "{err}");
 }
+
+/// A file whose modification time is in the future (copied with its times from a machine whose
+/// clock runs ahead) settles and is ordered by when it arrived: it is neither blocked until
+/// that future nor moved behind what was dropped after it.
+#[test]
+fn a_future_modification_time_neither_blocks_nor_reorders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut o = MailboxOptions::new();
+    o.settle(Duration::ZERO);
+    let mb = o.init(tmp.path()).unwrap();
+    let inputs = tmp.path().join("inputs");
+    let ahead = inputs.join("ahead.yaml");
+    std::fs::write(&ahead, "type: STEER\ntarget: Executor\nmessage: first\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&ahead)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(7200))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(
+        inputs.join("later.yaml"),
+        "type: STEER\ntarget: Executor\nmessage: second\n",
+    )
+    .unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    let got: Vec<_> = pass
+        .delivered
+        .iter()
+        .map(|s| s.message.clone().unwrap())
+        .collect();
+    assert_eq!(got, ["first", "second"]);
+}

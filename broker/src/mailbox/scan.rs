@@ -307,7 +307,9 @@ impl Mailbox {
             Ok(Peek { body_instant, body }) => match body.target {
                 Err(reason) => scan.reject(name, at.source, reason),
                 Ok(target) => scan.items.push(Item {
-                    instant: name_instant.or(body_instant).unwrap_or(stamp.mtime_ns),
+                    instant: name_instant
+                        .or(body_instant)
+                        .unwrap_or(stamp.mtime_clamped_ns()),
                     signal_type: SignalType::parse(&body.type_name),
                     type_name: body.type_name,
                     target,

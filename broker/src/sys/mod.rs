@@ -33,9 +33,19 @@ pub(crate) struct Stamp {
 }
 
 impl Stamp {
-    /// The last change of the entry or its content: the later of mtime and ctime.
+    /// The last change of the entry or its content: the later of mtime and ctime, with an
+    /// mtime later than the ctime taken as the ctime. The kernel sets the ctime itself, at
+    /// every change, and never to the future; an mtime ahead of it was set by hand (`cp -p`,
+    /// `rsync -t` or `tar x` from a machine whose clock runs ahead) and would otherwise keep a
+    /// file "changing" until that future comes.
     pub(crate) fn changed_ns(&self) -> i128 {
-        self.mtime_ns.max(self.ctime_ns)
+        self.mtime_ns.min(self.ctime_ns).max(self.ctime_ns)
+    }
+
+    /// The mtime, no later than the ctime (see [`Stamp::changed_ns`]): what orders a dropped
+    /// file, which a future mtime would otherwise move behind everything sent since.
+    pub(crate) fn mtime_clamped_ns(&self) -> i128 {
+        self.mtime_ns.min(self.ctime_ns)
     }
 }
 
