@@ -404,3 +404,38 @@ fn flux_result_refuses_a_fifo_instead_of_hanging() {
         .unwrap();
     assert!(err.contains("not a regular file"), "{err}");
 }
+
+/// Flux and Pilot signals that arrive in one read reach the mailbox in stream order, not
+/// grouped by parser.
+#[test]
+fn tap_keeps_stream_order_across_flux_and_pilot() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status.success());
+    // One write: a Pilot status block, then a Flux abort, then a Pilot exit block.
+    let script = r#"printf '```pilot-signal\n{"type": "status", "phase": "IMPL", "progress": 10}\n```\n{"flux:signal": {"verdict": "abort", "reason": "r"}}\n```pilot-signal\n{"type": "exit", "message": "done"}\n```\n'"#;
+    let out = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["tap", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ls = sigbox(&root, &["--json", "ls"]);
+    let types: Vec<String> = String::from_utf8(ls.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(types, ["INFO", "ABORT", "INFO"], "stream order");
+}

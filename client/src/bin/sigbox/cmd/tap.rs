@@ -123,40 +123,59 @@ impl Tap {
         }
     }
 
+    /// Sends what one read of the stream held, in stream order: Flux lines and Pilot blocks
+    /// by the line where each starts (a Flux ABORT after a Pilot status stays after it).
     fn handle(&self, flux_events: Vec<FluxEvent>, pilot_events: Vec<PilotEvent>) {
-        for e in flux_events {
+        enum Ev {
+            Flux(FluxEvent),
+            Pilot(PilotEvent),
+        }
+        let line_of = |e: &Ev| match e {
+            Ev::Flux(FluxEvent::Signal(s)) => s.line,
+            Ev::Flux(FluxEvent::Error { line, .. } | FluxEvent::TooLong { line, .. }) => *line,
+            Ev::Pilot(PilotEvent::Signal(s)) => s.line,
+            Ev::Pilot(PilotEvent::Warning { line, .. }) => *line,
+        };
+        let mut all: Vec<Ev> = flux_events.into_iter().map(Ev::Flux).collect();
+        all.extend(pilot_events.into_iter().map(Ev::Pilot));
+        all.sort_by_key(line_of);
+        for e in all {
             match e {
-                FluxEvent::Signal(s) => self.send(tap::from_flux(&s)),
-                other => tracing::warn!(event = %other.to_json(), "flux: not a valid signal"),
+                Ev::Flux(FluxEvent::Signal(s)) => self.send(tap::from_flux(&s)),
+                Ev::Flux(other) => {
+                    tracing::warn!(event = %other.to_json(), "flux: not a valid signal");
+                }
+                Ev::Pilot(e) => self.pilot(e),
             }
         }
-        for e in pilot_events {
-            match e {
-                PilotEvent::Signal(s) => {
-                    if s.signal_type == "status" || !s.phase.is_empty() {
-                        let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-                        let prev = p.take().unwrap_or((0, String::new()));
-                        let progress = if s.signal_type == "status" {
-                            s.progress
-                        } else {
-                            prev.0
-                        };
-                        let phase = if s.phase.is_empty() {
-                            prev.1
-                        } else {
-                            s.phase.clone()
-                        };
-                        *p = Some((progress, phase));
-                    }
-                    if self.progress_bar {
-                        let _g = self.stderr.lock();
-                        self.draw_bar(&mut std::io::stderr().lock());
-                    }
-                    self.send(tap::from_pilot(&s));
+    }
+
+    fn pilot(&self, e: PilotEvent) {
+        match e {
+            PilotEvent::Signal(s) => {
+                if s.signal_type == "status" || !s.phase.is_empty() {
+                    let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+                    let prev = p.take().unwrap_or((0, String::new()));
+                    let progress = if s.signal_type == "status" {
+                        s.progress
+                    } else {
+                        prev.0
+                    };
+                    let phase = if s.phase.is_empty() {
+                        prev.1
+                    } else {
+                        s.phase.clone()
+                    };
+                    *p = Some((progress, phase));
                 }
-                PilotEvent::Warning { line, message } => {
-                    tracing::warn!(line, message, "pilot: block skipped")
+                if self.progress_bar {
+                    let _g = self.stderr.lock();
+                    self.draw_bar(&mut std::io::stderr().lock());
                 }
+                self.send(tap::from_pilot(&s));
+            }
+            PilotEvent::Warning { line, message } => {
+                tracing::warn!(line, message, "pilot: block skipped")
             }
         }
     }
