@@ -110,6 +110,18 @@ pub fn bodies(data: &[u8]) {
     ] {
         let _ = sigbox::Signal::parse_file_bytes(data, std::path::Path::new(name));
     }
+    // One reading: JSON is YAML too, and where both read a file they agree on what it is, who
+    // gets it and (where JSON says text) what it says.
+    let json = sigbox::Signal::parse_file_bytes(data, std::path::Path::new("x.json"));
+    let yaml = sigbox::Signal::parse_file_bytes(data, std::path::Path::new("x.yaml"));
+    if let (Ok(j), Ok(y)) = (json, yaml) {
+        assert_eq!(j.signal_type, y.signal_type, "type");
+        assert_eq!(j.target, y.target, "target");
+        if j.fields.get("message").is_some_and(serde_json::Value::is_string) {
+            assert_eq!(j.message, y.message, "message");
+        }
+        assert_eq!(j.iteration, y.iteration, "iteration");
+    }
     for g in sigbox::goblin::GoblinSignal::ALL {
         let _ = sigbox::goblin::parse_payload(g, data);
     }
