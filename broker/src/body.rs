@@ -596,7 +596,24 @@ pub(crate) fn read_signal(
     let format = name::format_of(file_name);
     let mut body = parse_record(bytes, format)?;
     strip_handling(&mut body.fields);
-    Signal::from_body(body, name::signal_id(file_name), path).map_err(|e| e.reason().to_string())
+    let signal = Signal::from_body(body, name::signal_id(file_name), path)
+        .map_err(|e| e.reason().to_string())?;
+    // A canonical name routes before the body is read: the two must say the same thing, or
+    // the file goes where its name says with what its body says (an ABORT for the Planner
+    // reaching the Executor).
+    if let Some(c) = name::parse_canonical(file_name) {
+        let (name_type, name_target) = (c.signal_type(), c.target());
+        if name_type != Some(signal.signal_type) || name_target != signal.target {
+            return Err(format!(
+                "the name says {} for {} but the body says {} for {}: the file is ambiguous",
+                c.type_name,
+                name_target,
+                signal.signal_type.as_str(),
+                signal.target
+            ));
+        }
+    }
+    Ok(signal)
 }
 
 /// The fields of a record without the handling block: what two copies of one signal share.

@@ -117,7 +117,10 @@ pub fn bodies(data: &[u8]) {
     if let (Ok(j), Ok(y)) = (json, yaml) {
         assert_eq!(j.signal_type, y.signal_type, "type");
         assert_eq!(j.target, y.target, "target");
-        if j.fields.get("message").is_some_and(serde_json::Value::is_string) {
+        if j.fields
+            .get("message")
+            .is_some_and(serde_json::Value::is_string)
+        {
             assert_eq!(j.message, y.message, "message");
         }
         assert_eq!(j.iteration, y.iteration, "iteration");

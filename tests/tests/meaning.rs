@@ -299,3 +299,47 @@ fn a_future_modification_time_neither_blocks_nor_reorders() {
         .collect();
     assert_eq!(got, ["first", "second"]);
 }
+
+/// A canonical name routes before the body is read: when the name and the body disagree on
+/// the type or the target, the file is quarantined with both, never delivered as a mix.
+#[test]
+fn a_canonical_name_and_its_body_must_agree() {
+    for (name, body, agent) in [
+        (
+            "signal.20260101T000000.000001Z.00000000000000000000000000000001.ABORT.Planner.json",
+            r#"{"type":"ABORT","target":"Executor"}"#,
+            "Planner",
+        ),
+        (
+            "signal.20260101T000000.000002Z.00000000000000000000000000000002.INFO.Executor.json",
+            r#"{"type":"ABORT","target":"Executor"}"#,
+            "Executor",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut o = MailboxOptions::new();
+        o.settle(Duration::ZERO);
+        let mb = o.init(tmp.path()).unwrap();
+        std::fs::write(tmp.path().join("inputs").join(name), body).unwrap();
+        for a in ["Executor", "Planner"] {
+            let pass = mb.pass(a, None).unwrap();
+            mb.ack(a).unwrap();
+            assert!(pass.delivered.is_empty(), "{a} got {:?}", pass.delivered);
+            if a == agent {
+                assert_eq!(pass.rejected.len(), 1, "{name}");
+                assert!(
+                    pass.rejected[0].reason.contains("the name says"),
+                    "{}",
+                    pass.rejected[0].reason
+                );
+            }
+        }
+    }
+    // Agreeing name and body: delivered.
+    check(
+        "agreeing",
+        "signal.20260101T000000.000003Z.00000000000000000000000000000003.STEER.Executor.json",
+        br#"{"type":"STEER","target":"Executor","message":"ok"}"#,
+        &Message("ok"),
+    );
+}
