@@ -197,14 +197,18 @@ pub fn write_signal_with(
         }
         .filter(|s| !s.is_empty())
     });
+    // With a path, always a size, as upstream writes it: the artifact's, or 0 when it is
+    // missing (upstream's readers sum sizes and expect the key).
     let size = fields.size.or_else(|| {
         let p = fields.path.as_ref()?;
-        let full = resolve(root, Path::new(p)).ok()?;
-        io.stamp(&full)
-            .ok()
-            .flatten()
-            .filter(|m| m.kind == EntryKind::File)
-            .map(|m| m.size)
+        let measured = resolve(root, Path::new(p)).ok().and_then(|full| {
+            io.stamp(&full)
+                .ok()
+                .flatten()
+                .filter(|m| m.kind == EntryKind::File)
+                .map(|m| m.size)
+        });
+        Some(measured.unwrap_or(0))
     });
     let signal = Rendered {
         fields,

@@ -560,6 +560,8 @@ fn mux_signal_json_and_kv_with_upstream_path_rules() {
             "PASS",
             "--phase-num",
             "2",
+            "--format",
+            "json",
         ],
     );
     assert_eq!(p.trim(), format!("{SESSION}/.signals/implement.done"));
@@ -591,6 +593,28 @@ fn mux_signal_json_and_kv_with_upstream_path_rules() {
     let keys: Vec<&str> = kv.lines().map(|l| l.split_once(": ").unwrap().0).collect();
     assert_eq!(keys, ["status", "created_at", "error", "trace_id"]);
     assert!(kv.contains("status: fail\n") && kv.contains("error: tests failing injected: line\n"));
+    // The default is what upstream `signal.py` writes: `key: value` lines, with `size: 0` for
+    // an artifact that is not there.
+    let p = ok_in(
+        root,
+        &[
+            "mux",
+            "signal",
+            &format!("{SESSION}/test"),
+            "--status",
+            "success",
+            "--path",
+            &format!("{SESSION}/missing.md"),
+        ],
+    );
+    let kv = std::fs::read_to_string(root.join(p.trim())).unwrap();
+    let keys: Vec<&str> = kv.lines().map(|l| l.split_once(": ").unwrap().0).collect();
+    assert_eq!(
+        keys,
+        ["path", "size", "status", "created_at", "trace_id"],
+        "{kv}"
+    );
+    assert!(kv.contains("size: 0\n"), "{kv}");
 }
 
 #[test]

@@ -285,8 +285,9 @@ pub(crate) struct MuxSignalArgs {
     /// An artifact path (repeatable).
     #[arg(long)]
     pub(crate) artifact: Vec<String>,
-    /// json (signal-v1, the default) or kv (the `key: value` lines upstream tools read).
-    #[arg(long, default_value = "json", value_parser = ["json", "kv"])]
+    /// kv (the default: the `key: value` lines upstream `signal.py` writes and its readers
+    /// read) or json (the seed's signal-v1 document).
+    #[arg(long, default_value = "kv", value_parser = ["json", "kv"])]
     pub(crate) format: String,
     /// The project root the paths are relative to.
     #[arg(long, default_value = ".")]
