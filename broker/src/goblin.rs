@@ -338,6 +338,32 @@ mod tests {
         events.iter().map(kind).collect()
     }
 
+    /// A fast step: the builder wrote `build-complete`, then the reviewer `review-approved`,
+    /// before the watcher looked. The review signal is the next transition's, not stale.
+    #[test]
+    fn a_next_stage_signal_written_after_the_winner_is_kept_for_the_next_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut g = Goblin::open(dir.path()).unwrap();
+        g.settle(Duration::ZERO);
+        let mut watch = g.start_watch(Some(Stage::Build), None).unwrap();
+        write_at(&g, BuildComplete, 1_700_000_000);
+        write_at(&g, ReviewApproved, 1_700_000_001);
+        // One for the next stage written before the build finished is stale.
+        write_at(&g, ReviewChangesRequested, 1_600_000_000);
+        let (done, events) = step(&g, &mut watch);
+        assert_eq!(done, Step::Advanced);
+        assert!(!kinds(&events).is_empty());
+        assert_eq!(watch.state().stage, Stage::Review);
+        assert!(g.dir().join(ReviewApproved.name()).exists(), "kept");
+        assert!(
+            !g.dir().join(ReviewChangesRequested.name()).exists(),
+            "stale"
+        );
+        let (done, events) = step(&g, &mut watch);
+        assert_eq!(done, Step::Advanced, "{events:?}");
+        assert_eq!(watch.state().stage, Stage::Test);
+    }
+
     #[test]
     fn the_signal_written_last_wins_and_the_others_are_set_aside() {
         let dir = tempfile::tempdir().unwrap();

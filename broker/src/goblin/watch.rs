@@ -352,8 +352,16 @@ impl Goblin {
             })?;
         }
         let consumed = self.set_aside(winner.signal, true)?;
-        // The next stage starts: signals left from earlier stages are stale.
+        // The next stage starts: signals left from earlier stages are stale. A ready signal for
+        // the new stage written after the winner is not: a fast step wrote it before this
+        // watcher saw the transition, and it is the next transition's.
         for o in &others {
+            let ahead = matches!(o.state, FileState::Ready(_))
+                && (o.mtime_ns, o.signal) > (winner.mtime_ns, winner.signal)
+                && next_stage(to, o.signal, retries).is_some();
+            if ahead {
+                continue;
+            }
             let moved_to = self.set_aside(o.signal, false)?;
             emit(Event::Stale {
                 signal: o.signal,
