@@ -158,6 +158,14 @@ fn body_of(value: Value) -> std::result::Result<Body, String> {
     match fields.get("iteration") {
         None | Some(Value::Null) => {}
         Some(Value::Number(n)) if n.is_u64() => {}
+        Some(Value::String(d))
+            if d.len() > 1 && d.starts_with('0') && d.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            return Err(format!(
+                "field `iteration` is {d}: a leading zero is octal to YAML 1.1 readers and \
+                 decimal to YAML 1.2 ones; write the number without it"
+            ));
+        }
         Some(other) => {
             return Err(format!(
                 "field `iteration` must be a whole number of 0 or more, not {other}"
@@ -296,6 +304,7 @@ fn yaml_options() -> serde_saphyr::Options {
             max_documents: 1,
         },
         strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
     }
 }

@@ -165,6 +165,13 @@ fn typed_fields_are_what_they_say_or_the_file_is_refused_naming_them() {
             );
         }
     }
+    // A leading zero: octal to some YAML readers, decimal to others; refused, naming it.
+    check(
+        "yaml iteration: 010",
+        "z.yaml",
+        b"type: STEER\ntarget: Executor\niteration: 010\n",
+        &Rejected(vec!["iteration", "leading zero"]),
+    );
     for (json, yaml) in [("7", "7"), ("0", "0")] {
         let n = json.parse().unwrap();
         let body = format!(r#"{{"type":"STEER","target":"Executor","iteration":{json}}}"#);
