@@ -222,17 +222,38 @@ pub fn parse_line(line: usize, text: &[u8]) -> Option<FluxEvent> {
     if t.first() != Some(&b'{') || memchr::memmem::find(t, KEY).is_none() {
         return None;
     }
+    // Upstream decodes the stream lossily (an invalid byte becomes U+FFFD) before parsing.
+    let decoded;
+    let t = match std::str::from_utf8(t) {
+        Ok(_) => t,
+        Err(_) => {
+            decoded = String::from_utf8_lossy(t).into_owned();
+            decoded.as_bytes()
+        }
+    };
     let obj = match serde_json::from_slice(t) {
         Ok(crate::body::Strict(Value::Object(obj))) => obj,
         Ok(_) => return None,
         Err(e) => {
-            // A key twice: upstream's JSON.parse would take the last one and act on it, so the
-            // line is reported, never dropped in silence.
-            return matches!(serde_json::from_slice(t), Ok(Value::Object(_))).then(|| {
-                FluxEvent::Error {
-                    line,
-                    error: format!("{e}; the signal is ambiguous, so it is not taken"),
-                }
+            // A key twice (upstream's JSON.parse would take the last one and act on it), or
+            // JSON upstream reads and this parser does not (a lone surrogate escape, nesting
+            // past 128 levels): the line names the key, so it is reported, never dropped in
+            // silence.
+            let message = e.to_string();
+            let why = if matches!(serde_json::from_slice(t), Ok(Value::Object(_))) {
+                "the signal is ambiguous"
+            } else if ["surrogate", "hex escape", "recursion limit"]
+                .iter()
+                .any(|m| message.contains(m))
+            {
+                "upstream reads this line, this parser cannot"
+            } else {
+                // Not JSON to upstream either: plain output.
+                return None;
+            };
+            return Some(FluxEvent::Error {
+                line,
+                error: format!("{message}; {why}, so it is not taken"),
             });
         }
     };

@@ -261,6 +261,35 @@ fn streams_and_documents_strip_a_bom_and_refuse_duplicate_keys() {
         }
         other => panic!("a line with a key twice gave {other:?}"),
     }
+    // Lines upstream reads: an invalid UTF-8 byte in `summary` (decoded lossily, as upstream
+    // does) is a signal; a lone surrogate escape or nesting past the parser's depth is an error
+    // event, never silence.
+    let mut bad_utf8 = br#"{"flux:signal": {"verdict": "abort", "summary": "x"#.to_vec();
+    bad_utf8.extend_from_slice(b"\xff\xfe");
+    bad_utf8.extend_from_slice(br#""}}"#);
+    assert!(
+        matches!(
+            flux::parse_line(1, &bad_utf8),
+            Some(flux::FluxEvent::Signal(_))
+        ),
+        "an invalid byte in summary lost the abort"
+    );
+    let surrogate = r#"{"flux:signal": {"verdict": "abort", "summary": "\ud800"}}"#;
+    let deep = format!(
+        r#"{{"flux:signal": {{"verdict": "abort", "meta": {}1{}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    for line in [surrogate.to_string(), deep] {
+        assert!(
+            matches!(
+                flux::parse_line(1, line.as_bytes()),
+                Some(flux::FluxEvent::Signal(_) | flux::FluxEvent::Error { .. })
+            ),
+            "dropped without an event: {}",
+            &line[..60.min(line.len())]
+        );
+    }
     let doc = r#"{"verdict": "pass", "summary": "ok"}"#;
     assert!(flux::validate_result(format!("\u{feff}{doc}").as_bytes()).valid);
     let dup = r#"{"verdict": "pass", "summary": "ok", "verdict": "fail"}"#;
