@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, ok, run};
+use common::{have, ok, printed, run};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
@@ -66,19 +66,6 @@ fn sigbox(root: &Path, args: &[&str], portable: bool) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// The ids in a `--json poll` log, with their redelivery counts.
-fn printed(text: &str) -> Vec<(String, u64)> {
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
-            (
-                v["id"].as_str().unwrap().to_string(),
-                v["redelivery"].as_u64().unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn lines(path: &Path) -> Vec<String> {

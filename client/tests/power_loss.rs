@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{have, ok, run};
+use common::{have, ok, printed, run};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
@@ -75,19 +75,6 @@ fn spawn_loop(root: &Path, args: &str, log: &Path) -> Child {
 fn signal_group(c: &Child, sig: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_raw(i32::try_from(c.id()).unwrap()).unwrap();
     let _ = rustix::process::kill_process_group(pid, sig);
-}
-
-/// The ids printed by polls: (id, redelivery) in order.
-fn printed(text: &str) -> Vec<(String, u64)> {
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
-            (
-                v["id"].as_str().unwrap().to_string(),
-                v["redelivery"].as_u64().unwrap(),
-            )
-        })
-        .collect()
 }
 
 /// Unmounts (lazily) when dropped, so that a failed check never leaves a mount behind.

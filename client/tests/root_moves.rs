@@ -6,15 +6,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 fn sigbox(root: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap()
+    common::sigbox_at(BIN, root, args)
 }
 
 /// Starts a `wait`, lets it fall asleep, runs `replace`, sends to the (new) root, and returns

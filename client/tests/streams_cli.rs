@@ -14,12 +14,7 @@ mod common;
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 fn sigbox(root: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap()
+    common::sigbox_at(BIN, root, args)
 }
 
 const SLOW_CHILD: &str = r#"

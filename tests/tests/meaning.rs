@@ -18,13 +18,20 @@ enum Outcome {
 }
 use Outcome::{Iteration, Message, Rejected};
 
-/// Runs one file through a pass; fails with the row's name when the outcome differs.
-fn check(name: &str, file: &str, bytes: &[u8], want: &Outcome) {
+/// A fresh mailbox that reads dropped files at once (no settle window), with `file` dropped in
+/// its `inputs/`.
+fn dropped(file: &str, bytes: &[u8]) -> (tempfile::TempDir, sigbox::Mailbox) {
     let tmp = tempfile::tempdir().unwrap();
     let mut o = MailboxOptions::new();
     o.settle(Duration::ZERO);
     let mb = o.init(tmp.path()).unwrap();
     std::fs::write(tmp.path().join("inputs").join(file), bytes).unwrap();
+    (tmp, mb)
+}
+
+/// Runs one file through a pass; fails with the row's name when the outcome differs.
+fn check(name: &str, file: &str, bytes: &[u8], want: &Outcome) {
+    let (_tmp, mb) = dropped(file, bytes);
     let pass = mb.pass("Executor", None).unwrap();
     mb.ack("Executor").unwrap();
     match want {
@@ -216,11 +223,7 @@ fn the_same_content_reads_the_same_in_json_and_yaml() {
             serde_json::to_string(text).unwrap()
         );
         let read = |file: &str, bytes: &[u8]| {
-            let tmp = tempfile::tempdir().unwrap();
-            let mut o = MailboxOptions::new();
-            o.settle(Duration::ZERO);
-            let mb = o.init(tmp.path()).unwrap();
-            std::fs::write(tmp.path().join("inputs").join(file), bytes).unwrap();
+            let (_tmp, mb) = dropped(file, bytes);
             let pass = mb.pass("Executor", None).unwrap();
             assert!(
                 pass.rejected.is_empty(),
@@ -352,11 +355,7 @@ fn a_canonical_name_and_its_body_must_agree() {
             "Executor",
         ),
     ] {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut o = MailboxOptions::new();
-        o.settle(Duration::ZERO);
-        let mb = o.init(tmp.path()).unwrap();
-        std::fs::write(tmp.path().join("inputs").join(name), body).unwrap();
+        let (_tmp, mb) = dropped(name, body.as_bytes());
         for a in ["Executor", "Planner"] {
             let pass = mb.pass(a, None).unwrap();
             mb.ack(a).unwrap();

@@ -71,3 +71,27 @@ pub(crate) fn ok(cmd: &str, args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `sigbox --root <root> <args>` to the end; its output. (`bin`: the test's
+/// `env!("CARGO_BIN_EXE_sigbox")`.)
+pub(crate) fn sigbox_at(bin: &str, root: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin)
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The ids a `--json poll` printed, in order, each with its redelivery count.
+pub(crate) fn printed(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| {
+            (
+                v["id"].as_str().unwrap().to_string(),
+                v["redelivery"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
