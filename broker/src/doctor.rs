@@ -124,7 +124,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
                 format!(
                     "is {} where a presence lock (a plain file) belongs: sigbox refuses to open \
                      it, so that agent counts as absent; remove it",
-                    kind_name(e.kind)
+                    e.kind.describe()
                 ),
             );
         }
@@ -277,16 +277,6 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     out
 }
 
-/// What `kind` is, for a message.
-fn kind_name(kind: EntryKind) -> &'static str {
-    match kind {
-        EntryKind::Symlink => "a symlink",
-        EntryKind::File => "a regular file",
-        EntryKind::Dir => "a directory",
-        EntryKind::Special => "a FIFO, socket or device",
-    }
-}
-
 /// The finding for a layout directory that is something else.
 fn not_a_directory(kind: EntryKind) -> String {
     let why = if kind == EntryKind::Symlink {
@@ -297,6 +287,6 @@ fn not_a_directory(kind: EntryKind) -> String {
     format!(
         "is {} where sigbox expects a directory: {why}; sigbox refuses it and touches nothing \
          through it; remove it (sigbox makes the directory again)",
-        kind_name(kind)
+        kind.describe()
     )
 }

@@ -435,19 +435,6 @@ pub struct Found {
 /// as an empty one.
 pub fn find(session: &Path, signals_dir: Option<&Path>) -> Result<Found> {
     let mut found = Found::default();
-    if signals_dir.is_none() {
-        let dir = session.join(".signals");
-        if let Ok(m) = std::fs::symlink_metadata(&dir)
-            && !m.is_dir()
-        {
-            return Err(Error::new(
-                ErrorKind::PathEscape,
-                Some(&dir),
-                "is a symlink or not a directory: refusing to read signals through it (it \
-                 could lead outside the session); make it a real directory",
-            ));
-        }
-    }
     let add = |p: PathBuf, misplaced: bool, found: &mut Found| {
         let n = p
             .file_name()
@@ -472,6 +459,14 @@ pub fn find(session: &Path, signals_dir: Option<&Path>) -> Result<Found> {
     let io = Io::new(&IoOptions::new());
     if io.set_root(signals_dir.unwrap_or(session)).is_err() {
         return Ok(found);
+    }
+    if signals_dir.is_none() {
+        let dir = session.join(".signals");
+        if let Some(s) = io.stamp(&dir)?
+            && s.kind != EntryKind::Dir
+        {
+            return Err(crate::io::refused_dir(&dir, s.kind.describe()));
+        }
     }
     let list = |d: &Path| -> Vec<(PathBuf, EntryKind)> {
         io.list(d, true)

@@ -266,23 +266,14 @@ impl Io {
         let mut what = "not a directory";
         for c in comps {
             at.push(c);
-            match std::fs::symlink_metadata(&at).map(|m| m.file_type()) {
-                Ok(t) if t.is_dir() => continue,
-                Ok(t) if t.is_symlink() => what = "a symlink",
-                Ok(t) if t.is_file() => what = "a regular file",
-                Ok(_) => what = "a FIFO, socket or device",
+            match std::fs::symlink_metadata(&at).map(|m| sys::EntryKind::of(m.file_type())) {
+                Ok(sys::EntryKind::Dir) => continue,
+                Ok(kind) => what = kind.describe(),
                 Err(_) => {}
             }
             break;
         }
-        Error::new(
-            ErrorKind::PathEscape,
-            Some(&at),
-            format!(
-                "is {what} where a directory belongs: sigbox never follows a link beneath the \
-                 root and touches nothing through it; make it a real directory"
-            ),
-        )
+        refused_dir(&at, what)
     }
 
     /// Makes every portable no-clobber rename of this handle hold a `flock` on `dir`: one lock
@@ -431,11 +422,11 @@ impl Io {
     pub(crate) fn append_unsynced(&self, path: &Path, data: &[u8]) -> Result<File> {
         self.check_poison(path)?;
         let (dir, name) = self.place(path)?;
-        let mut file = sys::open_at(
+        // Never blocking on a FIFO swapped in: an append goes only to a regular file.
+        let mut file = sys::open_untrusted_at(
             &dir,
             name,
             rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::APPEND,
-            0,
         )
         .map_err(|e| Error::io(path, "cannot open for append", e))?;
         self.effect(FsOp::Write(path, data), || file.write_all(data))
@@ -802,6 +793,19 @@ impl Io {
         let missing = |p: &Path| p.parent().is_some_and(|d| !self.is_dir(d));
         missing(from) || missing(to)
     }
+}
+
+/// The refusal of `path`, which is `what` (a symlink, a regular file, ...) where a directory of
+/// a root's layout belongs ([`ErrorKind::PathEscape`]).
+pub(crate) fn refused_dir(path: &Path, what: &str) -> Error {
+    Error::new(
+        ErrorKind::PathEscape,
+        Some(path),
+        format!(
+            "is {what} where a directory belongs: sigbox never follows a link beneath the root \
+             and touches nothing through it; make it a real directory"
+        ),
+    )
 }
 
 /// Opens an existing presence lock file: never through a symlink, never blocking (a FIFO

@@ -21,18 +21,9 @@ use crate::signal::Signal;
 use crate::sys::EntryKind;
 
 /// Claims per group commit: a pass makes its claims durable together, at most this many at a
-/// time (each keeps its file open until the commit).
-const GROUP_COMMIT: usize = 64;
-
-/// The group size for this process: [`GROUP_COMMIT`], or a quarter of the soft limit on open
-/// descriptors when that is smaller (a pass under `ulimit -n 16` commits every 4 claims).
-pub(super) fn group_size() -> usize {
-    crate::sys::open_files_limit()
-        .map_or(GROUP_COMMIT, |n| {
-            usize::try_from(n / 4).unwrap_or(GROUP_COMMIT)
-        })
-        .clamp(1, GROUP_COMMIT)
-}
+/// time, so that the first are handed over while the pass goes on. A claim holds no
+/// descriptor until the commit, so the group does not depend on the descriptor limit.
+pub(super) const GROUP_COMMIT: usize = 64;
 
 /// A signal claimed for delivery.
 pub(super) struct Delivery {

@@ -64,8 +64,6 @@ pub struct Mailbox {
     scans: Mutex<ScanCache>,
     /// Broadcasts this handle knows are acked, per agent (`broadcast.rs`).
     acked: Mutex<HashSet<(String, OsString)>>,
-    /// Claims per group commit (`claim.rs`).
-    group: usize,
     /// What this handle has in flight, per agent (`inflight.rs`). Held for a whole pass.
     flights: Mutex<HashMap<String, inflight::Flight>>,
 }
@@ -116,20 +114,7 @@ impl MailboxOptions {
                     ));
                 }
                 Some(s) if s.kind != EntryKind::Dir => {
-                    let what = match s.kind {
-                        EntryKind::Symlink => "a symlink",
-                        EntryKind::File => "a regular file",
-                        _ => "a FIFO, socket or device",
-                    };
-                    return Err(Error::new(
-                        ErrorKind::PathEscape,
-                        Some(&p),
-                        format!(
-                            "is {what} where a directory belongs: sigbox never follows a link \
-                             beneath the root and touches nothing through it; make it a real \
-                             directory (`sigbox doctor` lists every such path)"
-                        ),
-                    ));
+                    return Err(crate::io::refused_dir(&p, s.kind.describe()));
                 }
                 _ => {}
             }
@@ -213,7 +198,6 @@ impl Mailbox {
             io,
             scans: Mutex::new(ScanCache::default()),
             acked: Mutex::new(HashSet::new()),
-            group: claim::group_size(),
             flights: Mutex::new(HashMap::new()),
         }
     }

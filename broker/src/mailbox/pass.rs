@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use super::Mailbox;
-use super::claim::{Batch, Delivery};
+use super::claim::{Batch, Delivery, GROUP_COMMIT};
 use super::inflight::{Flight, Orphan};
 use super::report::Pass;
 use super::route::{Action, Item, Source, Who, decide};
@@ -222,7 +222,7 @@ impl Mailbox {
             items.extend(buf.items);
             items.sort_by(|a, b| (a.instant, &a.name).cmp(&(b.instant, &b.name)));
         }
-        let mut batch = Batch::new(self.group);
+        let mut batch = Batch::new(GROUP_COMMIT);
         let mut handing = Handing {
             to: hand_over,
             failed: false,

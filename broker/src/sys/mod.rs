@@ -39,7 +39,8 @@ impl Stamp {
     /// `rsync -t` or `tar x` from a machine whose clock runs ahead) and would otherwise keep a
     /// file "changing" until that future comes.
     pub(crate) fn changed_ns(&self) -> i128 {
-        self.mtime_ns.min(self.ctime_ns).max(self.ctime_ns)
+        // max(min(mtime, ctime), ctime): the ctime.
+        self.ctime_ns
     }
 
     /// The mtime, no later than the ctime (see [`Stamp::changed_ns`]): what orders a dropped
@@ -63,6 +64,16 @@ pub(crate) enum EntryKind {
 }
 
 impl EntryKind {
+    /// What the entry is, for a message: "a symlink", "a regular file", ...
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            EntryKind::Symlink => "a symlink",
+            EntryKind::File => "a regular file",
+            EntryKind::Dir => "a directory",
+            EntryKind::Special => "a FIFO, socket or device",
+        }
+    }
+
     /// The kind of an entry of file type `ft` (from `lstat`: a symlink is a symlink).
     pub(crate) fn of(ft: std::fs::FileType) -> EntryKind {
         if ft.is_symlink() {

@@ -108,10 +108,6 @@ pub(crate) fn is_transient(e: &io::Error) -> bool {
     )
 }
 
-pub(crate) fn open_files_limit() -> Option<u64> {
-    None
-}
-
 pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied
 }

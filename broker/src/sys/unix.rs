@@ -62,11 +62,16 @@ fn kind_of(
     stat: impl FnOnce() -> rustix::io::Result<rustix::fs::FileType>,
 ) -> EntryKind {
     use rustix::fs::FileType;
-    let ft = match d_type {
+    entry_kind(match d_type {
         // Vanished between readdir and stat: let the caller see it gone later.
         FileType::Unknown => stat().unwrap_or(FileType::RegularFile),
         ft => ft,
-    };
+    })
+}
+
+/// The [`EntryKind`] of a file type (a symlink is a symlink).
+fn entry_kind(ft: rustix::fs::FileType) -> EntryKind {
+    use rustix::fs::FileType;
     match ft {
         FileType::RegularFile => EntryKind::File,
         FileType::Directory => EntryKind::Dir,
@@ -89,21 +94,10 @@ pub(crate) fn list_fd(
         if matches!(name.to_bytes(), b"." | b"..") {
             continue;
         }
-        let kind = kind_of_type(entry.file_type());
+        let kind = entry_kind(entry.file_type());
         each(OsStr::from_bytes(name.to_bytes()).to_os_string(), kind);
     }
     Ok(())
-}
-
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn kind_of_type(ft: rustix::fs::FileType) -> EntryKind {
-    use rustix::fs::FileType;
-    match ft {
-        FileType::RegularFile => EntryKind::File,
-        FileType::Directory => EntryKind::Dir,
-        FileType::Symlink => EntryKind::Symlink,
-        _ => EntryKind::Special,
-    }
 }
 
 /// A file's [`Stamp`] from its metadata.
@@ -224,11 +218,6 @@ pub(crate) fn is_transient(e: &io::Error) -> bool {
     .any(|errno| errno.raw_os_error() == code)
 }
 
-/// The soft limit on open descriptors of this process, when there is one.
-pub(crate) fn open_files_limit() -> Option<u64> {
-    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
-}
-
 /// True for "permission denied".
 pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied
@@ -313,10 +302,8 @@ impl Root {
         p.strip_prefix(&self.path).ok()
     }
 
-    /// Opens the directory `rel` beneath the root without following a symlink at any
-    /// component: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` on Linux, else (or where the
-    /// kernel refuses it) a walk of `openat(O_NOFOLLOW | O_DIRECTORY)`, one component at a
-    /// time. A symlink gives `ELOOP`, anything else that is not a directory `ENOTDIR`.
+    /// Opens the directory `rel` beneath the root ([`beneath`]), from the kept descriptor of
+    /// its first component.
     pub(crate) fn dir(self: &Arc<Self>, rel: &Path) -> io::Result<Dir> {
         use std::path::Component;
         if rel.as_os_str().is_empty() {
@@ -462,8 +449,10 @@ pub(crate) fn open_at(dir: &Dir, name: &OsStr, flags: OFlags, mode: u32) -> io::
     Ok(File::from(fd))
 }
 
-/// Opens `name` in `dir` for reading as [`open_nofollow`] does (no symlink, no blocking, no
-/// controlling terminal, no access-time update where allowed).
+/// Opens `name` in `dir`, a directory strangers write to, with `access` and the flags that make
+/// that safe: no symlink followed, no blocking on a FIFO, no controlling terminal. On Linux it
+/// also asks for `O_NOATIME` (a read then spares an inode update), which only the file's
+/// owner may: for another user's file (`EPERM`) it opens again without it.
 pub(crate) fn open_untrusted_at(dir: &Dir, name: &OsStr, access: OFlags) -> io::Result<File> {
     let flags = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -479,8 +468,9 @@ pub(crate) fn open_untrusted_at(dir: &Dir, name: &OsStr, access: OFlags) -> io::
     )?))
 }
 
-/// `renameat2(RENAME_NOREPLACE)` between two directories; `Ok(false)` where the filesystem or
-/// the platform refuses the flag (see [`rename_noreplace`]).
+/// `renameat2(RENAME_NOREPLACE)` between two directories; `Ok(false)` where the filesystem
+/// (FUSE, the Linux NFS client) or the platform refuses the flag: nothing happened, and the
+/// caller uses [`rename_checked_at`] under a lock instead.
 pub(crate) fn rename_noreplace_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io::Result<bool> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
@@ -498,7 +488,10 @@ pub(crate) fn rename_noreplace_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> i
     }
 }
 
-/// [`rename_checked`] between two directories: `lstat` of the destination, then `renameat`.
+/// The portable no-clobber rename: `lstat` of the destination, then `renameat` when nothing
+/// is there. `rename(2)` is exclusive on its source everywhere and leaves one name at every
+/// instant; its destination is made exclusive by the lock the caller holds
+/// ([`crate::io::Io`]). Never `link` + `unlink`, which leaves two claimable names.
 pub(crate) fn rename_checked_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io::Result<()> {
     match stat_at(to.0, to.1) {
         Ok(_) => return Err(io::ErrorKind::AlreadyExists.into()),
@@ -539,13 +532,7 @@ pub(crate) fn stat_dir(dir: &Dir) -> io::Result<Stamp> {
 }
 
 fn stamp_of(st: &rustix::fs::Stat) -> Stamp {
-    use rustix::fs::FileType;
-    let kind = match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile => EntryKind::File,
-        FileType::Directory => EntryKind::Dir,
-        FileType::Symlink => EntryKind::Symlink,
-        _ => EntryKind::Special,
-    };
+    let kind = entry_kind(rustix::fs::FileType::from_raw_mode(st.st_mode));
     // The field widths differ between targets.
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
     Stamp {
