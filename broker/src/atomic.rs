@@ -189,7 +189,7 @@ pub(crate) fn unique_variant(name: &OsStr) -> OsString {
 }
 
 /// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
-fn cut(s: &str, max: usize) -> &str {
+pub(crate) fn cut(s: &str, max: usize) -> &str {
     let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;

@@ -84,6 +84,7 @@ mod tests {
             nlink: 1,
             mtime_ns,
             ctime_ns,
+            birth_ns: None,
             kind: crate::sys::EntryKind::File,
         }
     }

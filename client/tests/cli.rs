@@ -13,22 +13,40 @@ const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 struct Env {
     _dir: tempfile::TempDir,
     root: PathBuf,
+    /// `SIGBOX_SETTLE` for every command, when set.
+    settle: Option<&'static str>,
 }
 
 impl Env {
     fn new() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("signals");
-        let env = Env { _dir: dir, root };
+        let env = Env {
+            _dir: dir,
+            root,
+            settle: None,
+        };
         env.ok(&["init"]);
         env
+    }
+
+    /// This mailbox, its commands run with `SIGBOX_SETTLE=settle`.
+    fn with_settle(self, settle: &'static str) -> Env {
+        Env {
+            settle: Some(settle),
+            ..self
+        }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
         c.env("SIGBOX_ROOT", &self.root)
             .env_remove("RUST_LOG")
+            .env_remove("SIGBOX_SETTLE")
             .args(args);
+        if let Some(s) = self.settle {
+            c.env("SIGBOX_SETTLE", s);
+        }
         c
     }
 
@@ -240,7 +258,12 @@ fn a_yaml_file_written_by_hand_in_two_steps_is_delivered_once_complete() {
     let got = env.json_lines(&["wait", "--as", "Executor", "--timeout", "10s"]);
     assert_eq!(got.len(), 1);
     assert_eq!(got[0]["message"], "rename the module");
-    assert_eq!(got[0]["id"], "steer");
+    // A dropped file's identity: its stem and a key of the file (spec §2.4).
+    let id = got[0]["id"].as_str().unwrap();
+    assert!(
+        id.starts_with("steer@") && id.len() == "steer@".len() + 16,
+        "{id}"
+    );
     assert_eq!(env.ok(&["poll", "--as", "Executor"]), "");
     assert_eq!(env.ok(&["poll", "--as", "Orchestrator"]), "");
 }
@@ -723,6 +746,26 @@ fn empty_and_torn_signals_under_canonical_names_are_problems_not_pending() {
     let torn = torn.replace(&torn[31..63], &"0".repeat(32));
     std::fs::write(env.inputs().join(&empty), b"").unwrap();
     std::fs::write(env.inputs().join(&torn), br#"{"type":"PAU"#).unwrap();
+    // Written in place under canonical names that sigbox did not write: they settle first,
+    // like any dropped file (spec §2.4), and a pass neither delivers nor quarantines them.
+    let out = env.run(&["--json", "doctor"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    for name in [&empty, &torn] {
+        assert!(
+            text.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .any(|f| f["path"].as_str().unwrap().ends_with(name.as_str())
+                    && f["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("waiting for the writer")),
+            "{name} settling: {text}"
+        );
+    }
+    assert_eq!(env.ok(&["poll", "--as", "Orchestrator"]), "");
+    assert!(env.inputs().join(&empty).exists() && env.inputs().join(&torn).exists());
+    // Settled (a window of 0): what a claim would refuse is a problem, not pending.
+    let env = env.with_settle("0s");
     let pending: Vec<String> = env
         .json_lines(&["ls"])
         .iter()

@@ -48,3 +48,17 @@ pub fn in_flight(root: &std::path::Path) -> usize {
     }
     n
 }
+
+/// The stem a test names a signal by: a dropped file's identity is `<stem>@<16 hex>`, the hex a
+/// key of the file (its inode and birth time) that no test can know in advance, and that a copy
+/// of the file (the crash model's replay) changes (spec/mailbox.md §2.4); a file sigbox wrote is
+/// its stem alone. Panics on an identity whose key is malformed.
+pub fn stem(id: &str) -> String {
+    match id.rsplit_once('@') {
+        Some((stem, key)) if key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            stem.to_string()
+        }
+        Some(_) => panic!("an identity with a malformed key: {id}"),
+        None => id.to_string(),
+    }
+}

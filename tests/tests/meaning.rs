@@ -378,3 +378,230 @@ fn a_canonical_name_and_its_body_must_agree() {
         &Message("ok"),
     );
 }
+
+/// A mailbox whose dropped files settle within `settle`, and its root.
+fn mailbox(settle: Duration) -> (tempfile::TempDir, sigbox::Mailbox) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut o = MailboxOptions::new();
+    o.settle(settle);
+    let mb = o.init(tmp.path()).unwrap();
+    (tmp, mb)
+}
+
+/// Every quorum agent's pass, acknowledged; what each was delivered, by agent.
+fn everyone(mb: &sigbox::Mailbox) -> Vec<(&'static str, Vec<sigbox::Signal>)> {
+    [
+        "Executor",
+        "Planner",
+        "Questioner",
+        "Reviewer",
+        "Orchestrator",
+    ]
+    .into_iter()
+    .map(|a| {
+        let pass = mb.pass(a, None).unwrap();
+        mb.ack(a).unwrap();
+        (a, pass.delivered)
+    })
+    .collect()
+}
+
+/// Identity (spec §2.4): two dropped broadcasts with one stem are two signals, each with its
+/// own acks; every agent gets both, and both are archived as delivered only then.
+#[test]
+fn two_files_with_one_stem_never_share_acks() {
+    let (tmp, mb) = mailbox(Duration::ZERO);
+    let inputs = tmp.path().join("inputs");
+    std::fs::write(
+        inputs.join("news.yaml"),
+        "type: INFO\ntarget: ALL\nmessage: yaml\n",
+    )
+    .unwrap();
+    std::fs::write(
+        inputs.join("news.json"),
+        r#"{"type":"INFO","target":"ALL","message":"json"}"#,
+    )
+    .unwrap();
+    for (agent, got) in everyone(&mb) {
+        let mut messages: Vec<_> = got.iter().filter_map(|s| s.message.clone()).collect();
+        messages.sort();
+        assert_eq!(messages, ["json", "yaml"], "{agent}");
+        assert_ne!(got[0].id, got[1].id, "{agent}");
+        assert!(got.iter().all(|s| s.id.starts_with("news@")), "{got:?}");
+    }
+    // The orchestrator's pass archived both, each as delivered by the whole quorum.
+    let pass = mb.pass("Orchestrator", None).unwrap();
+    mb.ack("Orchestrator").unwrap();
+    assert!(pass.delivered.is_empty());
+    assert!(mb.pending().unwrap().is_empty(), "{:?}", mb.pending());
+    let log: Vec<_> = mb
+        .processed()
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(log.len(), 2);
+    for s in &log {
+        assert_eq!(mb.acked_by(&s.id).unwrap().len(), 5, "{}", s.id);
+        assert_eq!(s.fields["delivery_status"], "delivered");
+    }
+}
+
+/// Identity: a broadcast name used again (the same `news.yaml` the next day) is a new
+/// signal, delivered to every agent again, and not archived before they ack it.
+#[test]
+fn a_name_used_again_is_a_new_signal() {
+    let (tmp, mb) = mailbox(Duration::ZERO);
+    let news = tmp.path().join("inputs").join("news.yaml");
+    let body = "type: INFO\ntarget: ALL\nmessage: daily\n";
+    std::fs::write(&news, body).unwrap();
+    let first: Vec<String> = everyone(&mb)
+        .into_iter()
+        .map(|(a, got)| {
+            assert_eq!(got.len(), 1, "{a}");
+            got[0].id.clone()
+        })
+        .collect();
+    assert!(
+        first.windows(2).all(|w| w[0] == w[1]),
+        "one identity: {first:?}"
+    );
+    mb.pass("Orchestrator", None).unwrap();
+    assert!(!news.exists(), "archived once the quorum acked");
+    // The next day: the same name, the same content.
+    std::fs::write(&news, body).unwrap();
+    let pass = mb.pass("Orchestrator", None).unwrap();
+    mb.ack("Orchestrator").unwrap();
+    assert!(
+        news.exists(),
+        "archived at once as already acked: {:?}",
+        pass.archived
+    );
+    assert_eq!(pass.delivered.len(), 1);
+    let second = pass.delivered[0].id.clone();
+    assert_ne!(second, first[0]);
+    let pass = mb.pass("Executor", None).unwrap();
+    mb.ack("Executor").unwrap();
+    assert_eq!(pass.delivered.len(), 1, "the Executor gets the new one");
+    assert_eq!(pass.delivered[0].id, second);
+    assert_eq!(mb.acked_by(&second).unwrap(), ["Executor", "Orchestrator"]);
+}
+
+/// Identity: the id a dropped file is listed under is the one it is delivered under, the one
+/// a redelivery carries, and the one `processed/` shows.
+#[test]
+fn a_dropped_file_keeps_its_identity_for_its_whole_life() {
+    let (tmp, mb) = mailbox(Duration::ZERO);
+    let inputs = tmp.path().join("inputs");
+    std::fs::write(inputs.join("steer.yaml"), "type: STEER\ntarget: Executor\n").unwrap();
+    std::fs::write(
+        inputs.join("news.json"),
+        r#"{"type":"INFO","target":"ALL"}"#,
+    )
+    .unwrap();
+    let mut listed: Vec<String> = mb.pending().unwrap().into_iter().map(|p| p.id).collect();
+    listed.sort();
+    // Delivered, then the consumer dies before its acknowledgement (the handle goes).
+    let pass = mb.pass("Executor", None).unwrap();
+    let mut delivered: Vec<String> = pass.delivered.iter().map(|s| s.id.clone()).collect();
+    delivered.sort();
+    assert_eq!(listed, delivered);
+    drop(mb);
+    let mb = MailboxOptions::new().open(tmp.path()).unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    mb.ack("Executor").unwrap();
+    let mut again: Vec<(String, u32)> = pass
+        .delivered
+        .iter()
+        .map(|s| (s.id.clone(), s.redelivery()))
+        .collect();
+    again.sort();
+    assert_eq!(
+        again,
+        delivered.iter().map(|d| (d.clone(), 1)).collect::<Vec<_>>()
+    );
+    let steer = delivered.iter().find(|d| d.starts_with("steer@")).unwrap();
+    let log: Vec<String> = mb
+        .processed()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.unwrap().id)
+        .collect();
+    assert_eq!(log, std::slice::from_ref(steer));
+}
+
+/// Identity: a canonical-looking name is trusted only for what sigbox wrote. Written in place
+/// in two steps, such a file is neither delivered nor quarantined half-written: it settles
+/// like a dropped file, then is delivered once, whole, and the writer's second step leaves no
+/// second file behind.
+#[test]
+fn a_canonical_name_written_in_place_settles_like_a_dropped_file() {
+    use std::io::Write;
+    let settle = Duration::from_millis(400);
+    let (tmp, mb) = mailbox(settle);
+    let name =
+        "signal.20260101T000000.000001Z.0000000000000000000000000000000a.ABORT.Executor.json";
+    let path = tmp.path().join("inputs").join(name);
+    std::fs::write(&path, br#"{"type":"ABORT","#).unwrap();
+    for agent in ["Executor", "Orchestrator"] {
+        let pass = mb.pass(agent, None).unwrap();
+        assert!(
+            pass.delivered.is_empty() && pass.rejected.is_empty(),
+            "{agent}: {pass:?}"
+        );
+        assert!(
+            pass.next_check.is_some(),
+            "{agent} is told when to look again"
+        );
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(br#""target":"Executor","message":"stop now"}"#)
+        .unwrap();
+    drop(f);
+    let pass = mb.pass("Executor", None).unwrap();
+    assert!(
+        pass.delivered.is_empty(),
+        "complete but not settled: {pass:?}"
+    );
+    std::thread::sleep(settle + Duration::from_millis(100));
+    let pass = mb.pass("Executor", None).unwrap();
+    mb.ack("Executor").unwrap();
+    assert!(pass.rejected.is_empty(), "{:?}", pass.rejected);
+    assert_eq!(pass.delivered.len(), 1);
+    assert_eq!(pass.delivered[0].message.as_deref(), Some("stop now"));
+    assert!(
+        pass.delivered[0].id.contains('@'),
+        "not sigbox's: {}",
+        pass.delivered[0].id
+    );
+    assert!(
+        std::fs::read_dir(tmp.path().join("inputs"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
+    assert!(
+        std::fs::read_dir(tmp.path().join("rejected"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
+}
+
+/// Identity: what sigbox sends is trusted at once (no settle window) and identified by its
+/// name alone, the id `send` printed.
+#[test]
+fn what_sigbox_sends_is_its_name() {
+    let (_tmp, mb) = mailbox(Duration::from_secs(3600));
+    let mut s = sigbox::NewSignal::new(sigbox::SignalType::Steer);
+    s.target(sigbox::Target::Agent("Executor".into()));
+    let id = mb.send(&s).unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    mb.ack("Executor").unwrap();
+    assert_eq!(pass.delivered.len(), 1);
+    assert_eq!(pass.delivered[0].id, id);
+    assert!(!id.contains('@'));
+}

@@ -11,13 +11,12 @@ use serde_json::json;
 use super::layout::Layout;
 use super::report::{Finished, Pass};
 use super::route::Source;
-use super::{Mailbox, lossy};
+use super::{Mailbox, identity, lossy};
 use crate::atomic::{self, Clobber, Placed};
 use crate::body::{Archived, Handled};
 use crate::clock::{self, Precision};
 use crate::error::Result;
 use crate::io::ReadOutcome;
-use crate::name;
 use crate::signal::{Signal, Target};
 
 impl Mailbox {
@@ -37,49 +36,70 @@ impl Mailbox {
         pass: &mut Pass,
     ) -> Result<Option<(Signal, PathBuf, PathBuf)>> {
         let key = (agent.to_string(), name.to_os_string());
-        let remember = || {
-            self.acked
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.clone());
-        };
-        if self
+        let inputs = &self.layout.inputs;
+        let src = inputs.join(name);
+        let known = self
             .acked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .contains(&key)
+            .get(&key)
+            .copied();
+        if let Some(file) = known
+            && self
+                .io
+                .stamp(&src)?
+                .is_some_and(|st| (st.ino, st.ctime_ns) == file)
         {
             return Ok(None);
         }
         let fname = lossy(name);
-        let id = name::signal_id(&fname);
-        let ack_dir = self.layout.ack_dir(id);
-        let [ack, upstream_ack] = Layout::ack_names(agent).map(|n| ack_dir.join(n));
-        if self.io.stamp(&ack)?.is_some() || self.io.stamp(&upstream_ack)?.is_some() {
-            remember();
-            return Ok(None);
-        }
-        let inputs = &self.layout.inputs;
-        let src = inputs.join(name);
         let reason = match self.io.read_untrusted(&src, self.opts.max_file_size)? {
             ReadOutcome::Gone => return Ok(None),
-            ReadOutcome::Bytes(bytes, _) => match Signal::parse_file_bytes(&bytes, &src) {
-                Ok(sig) => {
-                    let marker = slot.join(Layout::marker_name(name));
-                    self.write_marker(&marker, &fname, 0)?;
-                    let written = self.write_ack(&ack_dir, &ack, id, agent, sig)?;
-                    remember();
-                    return Ok(match written {
-                        Some((sig, ack)) => Some((sig, ack, marker)),
-                        None => {
-                            // Another handle of the agent acked it first: it delivers.
-                            self.drop_marker(&marker)?;
-                            None
-                        }
-                    });
+            ReadOutcome::Bytes(bytes, stamp) => {
+                let parsed = Signal::parse_file_bytes(&bytes, &src);
+                let fields = parsed.as_ref().ok().map(|s| &s.fields);
+                let now = SystemTime::now();
+                if let Some(until) =
+                    identity::untrusted_settling(&fname, fields, &stamp, self.opts.settle, now)
+                {
+                    pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+                    return Ok(None);
                 }
-                Err(e) => e.reason().to_string(),
-            },
+                match parsed {
+                    Ok(mut sig) => {
+                        let id = identity::identity(&fname, &sig.fields, &stamp);
+                        sig.id.clone_from(&id);
+                        let remember = || {
+                            self.acked
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .insert(key.clone(), (stamp.ino, stamp.ctime_ns));
+                        };
+                        let ack_dir = self.layout.ack_dir(&id);
+                        let [ack, upstream_ack] = Layout::ack_names(agent).map(|n| ack_dir.join(n));
+                        if self.io.stamp(&ack)?.is_some()
+                            || self.io.stamp(&upstream_ack)?.is_some()
+                            || self.upstream_acks(&id, &stamp)?.iter().any(|a| a == agent)
+                        {
+                            remember();
+                            return Ok(None);
+                        }
+                        let marker = slot.join(Layout::marker_name(OsStr::new(&id)));
+                        self.write_marker(&marker, &fname, &id, 0)?;
+                        let written = self.write_ack(&ack_dir, &ack, &id, agent, sig)?;
+                        remember();
+                        return Ok(match written {
+                            Some((sig, ack)) => Some((sig, ack, marker)),
+                            None => {
+                                // Another handle of the agent acked it first: it delivers.
+                                self.drop_marker(&marker)?;
+                                None
+                            }
+                        });
+                    }
+                    Err(e) => e.reason().to_string(),
+                }
+            }
             other => other.rejection().unwrap_or_default(),
         };
         self.quarantine_into(pass, inputs, name, &reason, agent)?;
@@ -126,12 +146,39 @@ impl Mailbox {
         Ok(out)
     }
 
-    /// The quorum agents that have not acked the broadcast in `inputs/<name>`.
-    fn unacked(&self, name: &OsStr) -> Result<Vec<String>> {
-        let acked: HashSet<String> = self
-            .acked_by(name::signal_id(&lossy(name)))?
-            .into_iter()
-            .collect();
+    /// The agents whose upstream ack, `acks/<stem>/<Agent>.ack.yaml` (upstream's signal id
+    /// is the name without its extension), counts for the dropped broadcast with identity
+    /// `id` whose file has `stamp`: an ack written after that file came to be. An ack left by
+    /// an earlier file of the same name is older, so it never counts for a new one; two
+    /// pending files with one stem (`news.yaml`, `news.json`) share upstream's acks, which
+    /// cannot tell them apart (spec §2.4).
+    fn upstream_acks(&self, id: &str, stamp: &crate::sys::Stamp) -> Result<Vec<String>> {
+        let Some((stem, _)) = id.rsplit_once('@') else {
+            return Ok(Vec::new()); // sigbox's own: its acks are under its id
+        };
+        let since = stamp.birth_ns.unwrap_or(stamp.mtime_clamped_ns());
+        let dir = self.layout.ack_dir(stem);
+        let mut out = Vec::new();
+        for e in self.io.list(&dir, true)? {
+            let Some(agent) = e.name.to_str().and_then(|n| n.strip_suffix(".ack.yaml")) else {
+                continue;
+            };
+            if self
+                .io
+                .stamp(&dir.join(&e.name))?
+                .is_some_and(|st| st.mtime_ns >= since)
+            {
+                out.push(agent.to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The quorum agents that have not acked the broadcast with identity `id`, whose file has
+    /// `stamp`.
+    fn unacked(&self, id: &str, stamp: &crate::sys::Stamp) -> Result<Vec<String>> {
+        let mut acked: HashSet<String> = self.acked_by(id)?.into_iter().collect();
+        acked.extend(self.upstream_acks(id, stamp)?);
         Ok(self
             .opts
             .quorum
@@ -144,11 +191,14 @@ impl Mailbox {
     /// Archives the broadcast in `inputs/<name>` when the whole quorum has acked it; its id
     /// when this call archived it.
     pub(super) fn archive_if_acked(&self, name: &OsStr, agent: &str) -> Result<Option<String>> {
-        if !self.unacked(name)?.is_empty() {
+        let Some((id, stamp)) = self.identify(&self.layout.inputs.join(name), name)? else {
+            return Ok(None);
+        };
+        if !self.unacked(&id, &stamp)?.is_empty() {
             return Ok(None);
         }
         let archived = self.archive(name, agent, Archived::Delivered, &[])?;
-        Ok(archived.then(|| name::signal_id(&lossy(name)).to_string()))
+        Ok(archived.then_some(id))
     }
 
     /// Archives a broadcast into `processed/` with its delivery status.
@@ -170,6 +220,7 @@ impl Mailbox {
             extra,
             &mut scratch,
             None,
+            None,
         )?;
         Ok(r.is_some())
     }
@@ -185,7 +236,12 @@ impl Mailbox {
             if item.target != Target::All {
                 continue;
             }
-            let unacked = self.unacked(&item.name)?;
+            let Some((id, stamp)) =
+                self.identify(&self.layout.inputs.join(&item.name), &item.name)?
+            else {
+                continue;
+            };
+            let unacked = self.unacked(&id, &stamp)?;
             let status = if unacked.is_empty() {
                 Archived::Delivered
             } else {
@@ -193,7 +249,7 @@ impl Mailbox {
             };
             if self.archive(&item.name, agent, status, &unacked)? {
                 out.push(Finished {
-                    id: name::signal_id(&lossy(&item.name)).to_string(),
+                    id,
                     status,
                     unacked,
                 });

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::inflight::Held;
 use super::report::{Buffered, Pass, Rejection};
-use super::{Mailbox, lossy};
+use super::{Mailbox, identity, lossy};
 use crate::atomic::{self, Claimed};
 use crate::body::{self, Handled};
 use crate::error::{Error, ErrorKind, Result};
@@ -144,6 +144,13 @@ impl Batch {
     }
 }
 
+/// A file read before it was moved ([`Mailbox::read_canonical`]), with the read-write
+/// descriptor that appends its handling record.
+pub(super) struct PreRead {
+    read: ReadOutcome,
+    file: Option<File>,
+}
+
 /// What annotating a claimed file found in it.
 enum Recorded {
     /// A valid signal, annotated.
@@ -246,8 +253,53 @@ impl Mailbox {
     ) -> Result<Option<Delivery>> {
         let extra = Handled::Delivered.fields(agent);
         debug_assert!(batch.dest.as_deref().is_none_or(|d| d == slot));
+        let Some(pre) = self.read_canonical(dir, name, pass)? else {
+            return Ok(None);
+        };
         batch.dest = Some(slot.to_path_buf());
-        self.claim_into(slot, dir, name, agent, extra, pass, Some(batch))
+        self.claim_into(slot, dir, name, agent, extra, pass, Some(batch), pre)
+    }
+
+    /// Reads a file under a canonical name before it is claimed or moved: only a file sigbox
+    /// wrote is complete at once ([`identity::trusted`]); any other settles like a dropped
+    /// file (spec §2.4, §5), so a canonical-looking file written in place, in steps, is
+    /// neither claimed nor quarantined half-written. `None` when the file must be left (gone,
+    /// or still settling: then `pass.next_check` says when to look again); otherwise what
+    /// was read, for the claim to use when the file it moves is this one (`Some(None)` for a
+    /// dropped name, which its scan read and settled).
+    pub(super) fn read_canonical(
+        &self,
+        dir: &Path,
+        name: &OsStr,
+        pass: &mut Pass,
+    ) -> Result<Option<Option<PreRead>>> {
+        let fname = lossy(name);
+        if name::parse_canonical(&fname).is_none() {
+            return Ok(Some(None));
+        }
+        let path = dir.join(name);
+        let (read, file) = self.io.read_claimed(&path, self.opts.max_file_size)?;
+        match &read {
+            ReadOutcome::Gone => return Ok(None),
+            ReadOutcome::Bytes(bytes, stamp) => {
+                let fields = body::read_signal(bytes, &fname, &path)
+                    .ok()
+                    .map(|s| s.fields);
+                let now = std::time::SystemTime::now();
+                if let Some(until) = identity::untrusted_settling(
+                    &fname,
+                    fields.as_ref(),
+                    stamp,
+                    self.opts.settle,
+                    now,
+                ) {
+                    pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+                    return Ok(None);
+                }
+            }
+            _ => {}
+        }
+        Ok(Some(Some(PreRead { read, file })))
     }
 
     /// The claim: rename into `dest_dir` (a slot, or `processed/` for an archive) without
@@ -263,8 +315,10 @@ impl Mailbox {
         extra: Map<String, Value>,
         pass: &mut Pass,
         mut batch: Option<&mut Batch>,
+        pre: Option<PreRead>,
     ) -> Result<Option<Delivery>> {
         let src = dir.join(name);
+        let pre = std::cell::Cell::new(pre);
         let found = atomic::with_fresh_names(dest_dir, name, |attempt, dest| {
             let (claimed, pending) = match batch.as_deref_mut() {
                 Some(b) => {
@@ -273,7 +327,7 @@ impl Mailbox {
                     for d in [dest_dir, self.layout.inputs.as_path(), dir] {
                         b.open_dir(&self.io, d)?;
                     }
-                    let annotate = || self.annotate(&dest, name, &extra, agent);
+                    let annotate = || self.annotate(&dest, name, &extra, agent, pre.take());
                     let claimed = atomic::claim_unsynced(&self.io, &src, &dest, annotate)?;
                     if let Claimed::Won(_) = claimed {
                         b.claims += 1;
@@ -293,7 +347,7 @@ impl Mailbox {
                     (claimed, Some(dir.to_path_buf()))
                 }
                 None => {
-                    let annotate = || self.annotate(&dest, name, &extra, agent);
+                    let annotate = || self.annotate(&dest, name, &extra, agent, pre.take());
                     (atomic::claim(&self.io, &src, &dest, annotate)?, None)
                 }
             };
@@ -383,10 +437,28 @@ impl Mailbox {
                 Err(e) => return Err(e),
             }
         }
-        let recorded = self.annotate(dest, name, extra, agent)?;
+        let recorded = self.annotate(dest, name, extra, agent, None)?;
         self.io.sync_dir(&self.layout.processed)?;
         self.io.sync_dir(dir)?;
         Ok(Some(recorded))
+    }
+
+    /// The identity (spec §2.4) of the signal file at `path`, first named `name`, with the
+    /// file's stamp; `None` when it is gone or holds no readable signal.
+    pub(super) fn identify(
+        &self,
+        path: &Path,
+        name: &OsStr,
+    ) -> Result<Option<(String, crate::sys::Stamp)>> {
+        let ReadOutcome::Bytes(bytes, stamp) =
+            self.io.read_untrusted(path, self.opts.max_file_size)?
+        else {
+            return Ok(None);
+        };
+        let fname = lossy(name);
+        Ok(body::read_signal(&bytes, &fname, path)
+            .ok()
+            .map(|sig| (identity::identity(&fname, &sig.fields, &stamp), stamp)))
     }
 
     /// True when `a` and `b` hold the same signal (ignoring archive metadata).
@@ -416,10 +488,15 @@ impl Mailbox {
         name: &OsStr,
         extra: &Map<String, Value>,
         agent: &str,
+        pre: Option<PreRead>,
     ) -> Result<Recorded> {
         // One read-write descriptor reads the file and then appends the record; a file that
-        // cannot be opened for writing is read without one (and left unannotated below).
-        let (mut read, mut file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
+        // cannot be opened for writing is read without one (and left unannotated below). What
+        // was read before the move serves when the file moved is the one read.
+        let (mut read, mut file) = match pre {
+            Some(p) if self.is_same_file(&p, dest)? => (p.read, p.file),
+            _ => self.io.read_claimed(dest, self.opts.max_file_size)?,
+        };
         if let ReadOutcome::HardLinked(2) = read
             && self.drop_processed_twin(dest, name)?
         {
@@ -427,13 +504,14 @@ impl Mailbox {
         }
         let reason = match read {
             ReadOutcome::Gone => return Ok(Recorded::Gone),
-            ReadOutcome::Bytes(bytes, _) => {
+            ReadOutcome::Bytes(bytes, stamp) => {
                 let fname = lossy(name);
                 let format = name::format_of(&fname);
                 // A record, not a bare body: after a crash the source may share the inode of an
                 // interrupted claim whose handling block was already appended.
                 match body::read_signal(&bytes, &fname, dest) {
-                    Ok(sig) => {
+                    Ok(mut sig) => {
+                        sig.id = identity::identity(&fname, &sig.fields, &stamp);
                         // Appended in place, as upstream does: a claim allocates and frees no
                         // inode (on ext4, creating files right after frees is slow, and that
                         // would slow producers too).
@@ -471,6 +549,15 @@ impl Mailbox {
         })
     }
 
+    /// True when the file now at `path` is the one `pre` read (the move took the file that
+    /// was read, not one put in its place meanwhile).
+    fn is_same_file(&self, pre: &PreRead, path: &Path) -> Result<bool> {
+        let ReadOutcome::Bytes(_, read) = &pre.read else {
+            return Ok(false);
+        };
+        Ok(self.io.stamp(path)?.is_some_and(|now| now.ino == read.ino))
+    }
+
     /// A claimed file with two links whose other link is `processed/<name>`: a claim straight
     /// into `processed/` (an earlier version's, made by rename or by link + unlink) that a crash
     /// interrupted before it removed the source, so before any hand-over. The `processed/`
@@ -494,6 +581,13 @@ impl Mailbox {
 
     /// Moves a signal for absent agent `agent` into `buffered/<agent>/` (spec §9.3).
     pub(super) fn buffer(&self, name: &OsStr, agent: &str, pass: &mut Pass) -> Result<()> {
+        // A canonical-looking file sigbox did not write settles first, as for a claim.
+        if self
+            .read_canonical(&self.layout.inputs, name, pass)?
+            .is_none()
+        {
+            return Ok(());
+        }
         let dir = self.layout.buffer_dir(agent);
         self.io.create_dir_durable(&dir)?;
         let src = self.layout.inputs.join(name);
@@ -501,7 +595,10 @@ impl Mailbox {
             match atomic::claim(&self.io, &src, &dest, || Ok(()))? {
                 Claimed::Lost => {}
                 Claimed::Won(()) => pass.buffered.push(Buffered {
-                    id: name::signal_id(&lossy(name)).to_string(),
+                    id: self
+                        .identify(&dest, name)?
+                        .map(|(id, _)| id)
+                        .unwrap_or_else(|| name::signal_id(&lossy(name)).to_string()),
                     agent: agent.to_string(),
                 }),
                 Claimed::DestExists => {

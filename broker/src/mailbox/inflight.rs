@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::claim::{Delivery, Undo};
 use super::layout::Layout;
 use super::report::Pass;
-use super::{Mailbox, lossy};
+use super::{Mailbox, identity, lossy};
 use crate::atomic::{self, Clobber};
 use crate::body::{self, Handled};
 use crate::error::{Error, ErrorKind, Result};
@@ -246,8 +246,9 @@ impl Mailbox {
         let fname = lossy(&o.name);
         let reason = match read {
             ReadOutcome::Gone => return Ok(None),
-            ReadOutcome::Bytes(bytes, _) => match body::read_signal(&bytes, &fname, &path) {
+            ReadOutcome::Bytes(bytes, stamp) => match body::read_signal(&bytes, &fname, &path) {
                 Ok(mut sig) => {
+                    sig.id = identity::identity(&fname, &sig.fields, &stamp);
                     let count = body::redeliveries(&bytes, &fname).saturating_add(1);
                     let extra = Handled::Redelivered(count).fields(agent);
                     let tail = body::handling_tail(&bytes, name::format_of(&fname), &extra);
@@ -290,27 +291,28 @@ impl Mailbox {
             self.drop_marker(marker)?;
             return Ok(None);
         };
-        let id = name::signal_id(&file);
-        let acked = Layout::ack_names(agent)
-            .into_iter()
-            .map(|n| self.layout.ack_dir(id).join(n))
-            .map(|p| self.io.stamp(&p))
-            .collect::<Result<Vec<_>>>()?
-            .iter()
-            .any(Option::is_some);
-        if !acked || !is_plain_name(&file) {
+        if !is_plain_name(&file) {
             self.drop_marker(marker)?;
             return Ok(None);
         }
+        // The broadcast the marker names: the file of that name, in inputs/ or (archived
+        // since) in processed/, whose identity is the marker's (a marker written before
+        // identities were recorded takes the file it names).
+        let marked = parsed
+            .as_ref()
+            .and_then(|v| v.get("id")?.as_str().map(String::from));
         let mut sig = None;
         for dir in [&self.layout.inputs, &self.layout.processed] {
             let p = dir.join(&file);
-            if let ReadOutcome::Bytes(bytes, _) =
+            if let ReadOutcome::Bytes(bytes, stamp) =
                 self.io.read_untrusted(&p, self.opts.max_file_size)?
-                && let Ok(s) = body::read_signal(&bytes, &file, &p)
+                && let Ok(mut s) = body::read_signal(&bytes, &file, &p)
             {
-                sig = Some(s);
-                break;
+                s.id = identity::identity(&file, &s.fields, &stamp);
+                if marked.as_ref().is_none_or(|m| *m == s.id) {
+                    sig = Some(s);
+                    break;
+                }
             }
         }
         let Some(mut sig) = sig else {
@@ -318,8 +320,19 @@ impl Mailbox {
             self.drop_marker(marker)?;
             return Ok(None);
         };
+        let acked = Layout::ack_names(agent)
+            .into_iter()
+            .map(|n| self.layout.ack_dir(&sig.id).join(n))
+            .map(|p| self.io.stamp(&p))
+            .collect::<Result<Vec<_>>>()?
+            .iter()
+            .any(Option::is_some);
+        if !acked {
+            self.drop_marker(marker)?;
+            return Ok(None);
+        }
         let count = u32::try_from(count).unwrap_or(u32::MAX).saturating_add(1);
-        self.write_marker(marker, &file, count)?;
+        self.write_marker(marker, &file, &sig.id, count)?;
         sig.fields.extend(Handled::Redelivered(count).fields(agent));
         Ok(Some(Delivery::redelivered(
             sig,
@@ -327,12 +340,19 @@ impl Mailbox {
         )))
     }
 
-    /// Writes a broadcast's marker at `marker`, atomically and durably: the broadcast `file`
-    /// is in flight for the slot's handle, delivered `count` times again so far.
-    pub(super) fn write_marker(&self, marker: &Path, file: &str, count: u32) -> Result<()> {
+    /// Writes a broadcast's marker at `marker`, atomically and durably: the broadcast `file`,
+    /// with identity `id`, is in flight for the slot's handle, delivered `count` times again
+    /// so far.
+    pub(super) fn write_marker(
+        &self,
+        marker: &Path,
+        file: &str,
+        id: &str,
+        count: u32,
+    ) -> Result<()> {
         let dir = marker.parent().unwrap_or(&self.layout.claimed);
-        let mut bytes = serde_json::to_vec(&json!({ "name": file, "redelivery": count }))
-            .expect("JSON serializes");
+        let body = json!({ "name": file, "id": id, "redelivery": count });
+        let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
         bytes.push(b'\n');
         let stage = atomic::stage_name(dir, "marker");
         atomic::write_atomic(&self.io, &stage, marker, &bytes, Clobber::Yes)?;

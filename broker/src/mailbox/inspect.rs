@@ -1,12 +1,12 @@
 //! Read-only views of a mailbox (spec/mailbox.md §1, §3.4): what `ls`, `log` and `doctor`
 //! show. Nothing here moves or writes a file.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::report::{Pending, Problem, ProblemKind};
 use super::route::{Item, Source};
-use super::{Mailbox, lossy};
+use super::{Mailbox, identity, lossy};
 use crate::body;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::ReadOutcome;
@@ -14,27 +14,35 @@ use crate::name;
 use crate::signal::Signal;
 use crate::sys::EntryKind;
 
+/// A directory of pending signals, its routable items, and whose buffer it is (none for
+/// `inputs/`).
+type Listed = (PathBuf, Vec<Item>, Option<String>);
+
+/// What [`Mailbox::look`] found of a routable item.
+enum Look {
+    Pending(String),
+    Settling(SystemTime),
+    Invalid(String),
+    Gone,
+}
+
 impl Mailbox {
     /// Pending signals (in `inputs/`, and in every agent's buffer), oldest first. Files still
     /// settling or invalid are not listed; [`Mailbox::problems`] lists those.
     pub fn pending(&self) -> Result<Vec<Pending>> {
         let mut out = Vec::new();
-        let scan = self.scan(
-            &self.layout.inputs,
-            Source::Inputs,
-            &|_| true,
-            SystemTime::now(),
-        )?;
-        for it in scan.items {
-            if self.deliverable(&self.layout.inputs, &it)? {
-                out.push(self.pending_of(&self.layout.inputs, it, None));
-            }
-        }
-        for (agent, dir) in self.buffers()? {
-            let scan = self.scan(&dir, Source::Buffer, &|_| true, SystemTime::now())?;
-            for it in scan.items {
-                if self.deliverable(&dir, &it)? {
-                    out.push(self.pending_of(&dir, it, Some(agent.clone())));
+        for (dir, items, agent) in self.pending_items()? {
+            for it in items {
+                if let Look::Pending(id) = self.look(&dir, &it)? {
+                    let path = dir.join(&it.name);
+                    out.push(Pending {
+                        id,
+                        path,
+                        instant: it.instant,
+                        type_name: it.type_name,
+                        target: it.target,
+                        buffered_for: agent.clone(),
+                    });
                 }
             }
         }
@@ -42,22 +50,24 @@ impl Mailbox {
         Ok(out)
     }
 
-    fn pending_of(&self, dir: &Path, it: Item, buffered_for: Option<String>) -> Pending {
-        let name = lossy(&it.name);
-        Pending {
-            id: name::signal_id(&name).to_string(),
-            path: dir.join(&it.name),
-            instant: it.instant,
-            type_name: it.type_name,
-            target: it.target,
-            buffered_for,
+    /// The routable items of `inputs/` and of every agent's buffer (with the agent's name).
+    fn pending_items(&self) -> Result<Vec<Listed>> {
+        let now = SystemTime::now();
+        let inputs = &self.layout.inputs;
+        let scan = self.scan(inputs, Source::Inputs, &|_| true, now)?;
+        let mut dirs = vec![(inputs.clone(), scan.items, None)];
+        for (agent, dir) in self.buffers()? {
+            let scan = self.scan(&dir, Source::Buffer, &|_| true, now)?;
+            dirs.push((dir, scan.items, Some(agent)));
         }
+        Ok(dirs)
     }
 
     /// Files in `inputs/` that are not (yet) deliverable: still settling, or invalid and about
     /// to be quarantined by the next pass. Signals under canonical names, in `inputs/` and in
     /// the buffers, are read too: an empty or torn one (left by a power loss on a filesystem
-    /// that lost its data, or written by hand) is reported here instead of looking pending.
+    /// that lost its data, or written by hand) is reported here instead of looking pending,
+    /// and one sigbox did not write settles like a dropped file (spec §2.4).
     pub fn problems(&self) -> Result<Vec<Problem>> {
         let inputs = &self.layout.inputs;
         let scan = self.scan(inputs, Source::Inputs, &|_| true, SystemTime::now())?;
@@ -65,28 +75,28 @@ impl Mailbox {
             path: inputs.join(r.name),
             kind: ProblemKind::Invalid { reason: r.reason },
         });
+        let window = self.opts.settle;
         let settling = scan.settling.into_iter().map(|s| Problem {
             path: inputs.join(s.name),
             kind: ProblemKind::Settling {
                 until: s.until,
-                window: self.opts.settle,
+                window,
             },
         });
         let mut out: Vec<Problem> = invalid.chain(settling).collect();
-        let mut dirs = vec![(inputs.clone(), scan.items)];
-        for (_, dir) in self.buffers()? {
-            let scan = self.scan(&dir, Source::Buffer, &|_| true, SystemTime::now())?;
-            dirs.push((dir, scan.items));
-        }
-        for (dir, items) in dirs {
-            // Unknown types stay in inputs/ by design (`doctor` says so on its own).
-            for it in items.into_iter().filter(|it| it.signal_type.is_some()) {
+        for (dir, items, _) in self.pending_items()? {
+            for it in items {
                 let path = dir.join(&it.name);
-                if let Some(reason) = self.unreadable_signal(&path)? {
-                    out.push(Problem {
+                match self.look(&dir, &it)? {
+                    Look::Pending(_) | Look::Gone => {}
+                    Look::Settling(until) => out.push(Problem {
+                        path,
+                        kind: ProblemKind::Settling { until, window },
+                    }),
+                    Look::Invalid(reason) => out.push(Problem {
                         path,
                         kind: ProblemKind::Invalid { reason },
-                    });
+                    }),
                 }
             }
         }
@@ -122,28 +132,40 @@ impl Mailbox {
             .collect())
     }
 
-    /// False for a signal of a known type that a claim would refuse (empty, torn, not a
-    /// signal: [`Mailbox::problems`] reports it). Canonical names are read for this; dropped
-    /// files were parsed by the scan already. Unknown types are pending: they wait for an
-    /// agent that takes them.
-    fn deliverable(&self, dir: &Path, it: &Item) -> Result<bool> {
-        if it.signal_type.is_none() || name::parse_canonical(&lossy(&it.name)).is_none() {
-            return Ok(true);
+    /// A routable item read as a claim reads it: pending (with its identity), settling (a
+    /// canonical name sigbox did not write, changed within the window), or invalid (a signal
+    /// of a known type that a claim would refuse: empty, torn, not a signal). Unknown types
+    /// are pending: they wait for an agent that takes them.
+    fn look(&self, dir: &Path, it: &Item) -> Result<Look> {
+        let path = dir.join(&it.name);
+        let fname = lossy(&it.name);
+        let (bytes, stamp) = match self.io.read_untrusted(&path, self.opts.max_file_size)? {
+            ReadOutcome::Gone => return Ok(Look::Gone),
+            ReadOutcome::Bytes(bytes, stamp) => (bytes, stamp),
+            _ if it.signal_type.is_none() => {
+                return Ok(Look::Pending(name::signal_id(&fname).to_string()));
+            }
+            other => return Ok(Look::Invalid(other.rejection().unwrap_or_default())),
+        };
+        let read = body::read_signal(&bytes, &fname, &path);
+        let fields = match &read {
+            Ok(sig) => Some(sig.fields.clone()),
+            Err(_) => body::parse_record(&bytes, name::format_of(&fname))
+                .ok()
+                .map(|b| b.fields),
+        };
+        let now = SystemTime::now();
+        let checked = read.as_ref().ok().map(|s| &s.fields);
+        if let Some(until) =
+            identity::untrusted_settling(&fname, checked, &stamp, self.opts.settle, now)
+        {
+            return Ok(Look::Settling(until));
         }
-        Ok(self.unreadable_signal(&dir.join(&it.name))?.is_none())
-    }
-
-    /// Why the signal file at `path` cannot be delivered, read as a claim reads it; `None`
-    /// when it can (or is gone).
-    fn unreadable_signal(&self, path: &Path) -> Result<Option<String>> {
-        let name = path.file_name().map(lossy).unwrap_or_default();
-        Ok(
-            match self.io.read_untrusted(path, self.opts.max_file_size)? {
-                ReadOutcome::Gone => None,
-                ReadOutcome::Bytes(bytes, _) => body::read_signal(&bytes, &name, path).err(),
-                other => other.rejection(),
-            },
-        )
+        match (read, fields) {
+            (Err(reason), _) if it.signal_type.is_some() => Ok(Look::Invalid(reason)),
+            (_, Some(f)) => Ok(Look::Pending(identity::identity(&fname, &f, &stamp))),
+            (_, None) => Ok(Look::Pending(name::signal_id(&fname).to_string())),
+        }
     }
 
     /// Signals in `processed/`, oldest first, with their handling metadata in `fields`.
@@ -158,7 +180,10 @@ impl Mailbox {
             out.push(
                 match self.io.read_untrusted(&path, self.opts.max_file_size)? {
                     ReadOutcome::Bytes(b, stamp) => {
-                        Signal::parse_file_bytes(&b, &path).map(|s| (s, stamp.mtime_ns))
+                        Signal::parse_file_bytes(&b, &path).map(|mut s| {
+                            s.id = identity::identity(&lossy(&e.name), &s.fields, &stamp);
+                            (s, stamp.mtime_ns)
+                        })
                     }
                     ReadOutcome::Gone => continue,
                     _ => Err(Error::new(

@@ -153,7 +153,7 @@ const REASON_SUFFIX: &str = ".reason.json";
 pub(crate) const NAME_MAX: usize = 255;
 
 /// FNV-1a, 64 bits: stable across versions and platforms, unlike std's hasher.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);

@@ -18,6 +18,7 @@
 
 mod broadcast;
 mod claim;
+mod identity;
 mod inflight;
 mod inspect;
 mod layout;
@@ -29,7 +30,7 @@ mod report;
 mod route;
 mod scan;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -62,8 +63,9 @@ pub struct Mailbox {
     io: Io,
     /// Parsed dropped files and listings proven current (`scan.rs`).
     scans: Mutex<ScanCache>,
-    /// Broadcasts this handle knows are acked, per agent (`broadcast.rs`).
-    acked: Mutex<HashSet<(String, OsString)>>,
+    /// Broadcasts this handle knows are acked, per agent and file name, with the inode and
+    /// ctime of the file acked: a new file under the name is another broadcast (`broadcast.rs`).
+    acked: Mutex<HashMap<(String, OsString), (u64, i128)>>,
     /// What this handle has in flight, per agent (`inflight.rs`). Held for a whole pass.
     flights: Mutex<HashMap<String, inflight::Flight>>,
 }
@@ -197,7 +199,7 @@ impl Mailbox {
             opts,
             io,
             scans: Mutex::new(ScanCache::default()),
-            acked: Mutex::new(HashSet::new()),
+            acked: Mutex::new(HashMap::new()),
             flights: Mutex::new(HashMap::new()),
         }
     }

@@ -28,6 +28,10 @@ pub(crate) struct Stamp {
     pub(crate) nlink: u64,
     pub(crate) mtime_ns: i128,
     pub(crate) ctime_ns: i128,
+    /// When the inode was created (`statx`'s `stx_btime`), where the filesystem records it and
+    /// the stamp came from an open descriptor ([`stamp`]); `None` from `lstat`. It survives
+    /// renames and appends, so it is part of a signal's identity (spec/mailbox.md §2.4).
+    pub(crate) birth_ns: Option<i128>,
     /// What the entry is (never what a symlink points to).
     pub(crate) kind: EntryKind,
 }

@@ -66,6 +66,7 @@ pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
         nlink: 1,
         mtime_ns: ns(meta.modified()),
         ctime_ns: ns(meta.modified()),
+        birth_ns: meta.created().is_ok().then(|| ns(meta.created())),
     }
 }
 

@@ -111,6 +111,13 @@ pub(crate) fn stamp(meta: &std::fs::Metadata) -> Stamp {
         nlink: meta.nlink(),
         mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
         ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        // std reads the metadata with `statx` where the kernel has it, asking for the birth
+        // time too; it is an error where the filesystem does not record it.
+        birth_ns: meta
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as i128),
     }
 }
 
@@ -545,6 +552,7 @@ fn stamp_of(st: &rustix::fs::Stat) -> Stamp {
             + i128::from(st.st_mtime_nsec as i64),
         ctime_ns: i128::from(st.st_ctime as i64) * 1_000_000_000
             + i128::from(st.st_ctime_nsec as i64),
+        birth_ns: None,
     }
 }
 

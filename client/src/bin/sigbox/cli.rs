@@ -21,6 +21,10 @@ pub(crate) struct Cli {
     /// Machine output: one JSON object per line.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// How long a dropped file must be unchanged before it is read (spec/mailbox.md §5); 0
+    /// reads files written in place at once.
+    #[arg(long, global = true, env = "SIGBOX_SETTLE", default_value = "2s", value_parser = parse_duration)]
+    pub(crate) settle: Duration,
     /// More logging on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
+    cmd::set_settle(cli.settle);
     // `tap` writes the child's output from its own threads: it must not run while this thread
     // holds the stdout lock that `Out` keeps.
     if let Command::Tap { name, to, command } = &cli.command {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 use sigbox::PassControl;
-use sigbox::{Mailbox, MailboxOptions, NewSignal, Severity, SignalType, Target};
+use sigbox::{NewSignal, Severity, SignalType, Target};
 use sigbox_client::{Checkpoint, WaitMode};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::{flag, low_level};
@@ -19,7 +19,7 @@ use crate::cli::{AgentArgs, SendArgs, WaitArgs};
 use crate::output::{Out, age, path_json, signal_human, signal_json, target_json};
 
 pub(crate) fn init(root: &Path, shared: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let mb = MailboxOptions::new().shared(shared).init(root)?;
+    let mb = super::options().shared(shared).init(root)?;
     out.emit(
         &json!({"root": path_json(mb.root()), "initialized": true}),
         || format!("initialized {}", mb.root().display()),
@@ -37,7 +37,7 @@ fn parse_type(s: &str) -> anyhow::Result<SignalType> {
 }
 
 pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let mb = Mailbox::open(root)?;
+    let mb = super::open(root)?;
     let ty = parse_type(&args.signal_type)?;
     let target = if args.no_target {
         Target::None
@@ -99,7 +99,7 @@ pub(crate) fn poll(root: &Path, args: &AgentArgs, out: &mut Out) -> anyhow::Resu
 }
 
 fn checkpoint(root: &Path, args: &AgentArgs) -> anyhow::Result<Checkpoint> {
-    let mut cp = Checkpoint::open(root, &agent_name(&args.agent)?)?;
+    let mut cp = Checkpoint::with_options(&super::options(), root, &agent_name(&args.agent)?)?;
     cp.state(args.state.as_deref());
     Ok(cp)
 }
@@ -188,7 +188,7 @@ impl Interrupts {
 }
 
 pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let mb = Mailbox::open(root)?;
+    let mb = super::open(root)?;
     for p in mb.pending()? {
         if p.buffered_for.is_some() && !all {
             continue;
@@ -241,7 +241,7 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
 }
 
 pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let mb = Mailbox::open(root)?;
+    let mb = super::open(root)?;
     for rec in mb.processed()? {
         match rec {
             Ok(s) => {
@@ -279,7 +279,7 @@ pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn doctor(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
-    let findings = sigbox::diagnose(root, &MailboxOptions::new());
+    let findings = sigbox::diagnose(root, &super::options());
     let problems = findings
         .iter()
         .filter(|f| f.severity == Severity::Problem)
@@ -308,7 +308,7 @@ pub(crate) fn doctor(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn finish(root: &Path, agent: &str, out: &mut Out) -> anyhow::Result<ExitCode> {
-    for f in Mailbox::open(root)?.finish(agent)? {
+    for f in super::open(root)?.finish(agent)? {
         out.emit(
             &json!({"id": f.id, "status": f.status.as_str(), "unacked": f.unacked}),
             || match f.unacked.len() {
@@ -326,7 +326,7 @@ pub(crate) fn gc(
     limit: usize,
     out: &mut Out,
 ) -> anyhow::Result<ExitCode> {
-    let n = Mailbox::open(root)?.gc(older_than, limit)?;
+    let n = super::open(root)?.gc(older_than, limit)?;
     out.emit(&json!({"removed": n}), || {
         format!("removed {n} stale staging file(s)")
     })?;

@@ -7,3 +7,27 @@ pub(crate) mod mailbox;
 pub(crate) mod mux;
 pub(crate) mod streams;
 pub(crate) mod tap;
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The mailbox options every command opens a mailbox with, set once from the command line.
+static OPTIONS: OnceLock<sigbox::MailboxOptions> = OnceLock::new();
+
+/// Sets the settle window (`--settle`, `SIGBOX_SETTLE`) for every mailbox the command opens.
+pub(crate) fn set_settle(settle: Duration) {
+    let mut opts = sigbox::MailboxOptions::new();
+    opts.settle(settle);
+    let _ = OPTIONS.set(opts);
+}
+
+/// The options of [`set_settle`], or the defaults.
+pub(crate) fn options() -> sigbox::MailboxOptions {
+    OPTIONS.get().cloned().unwrap_or_default()
+}
+
+/// Opens the mailbox at `root` with the command line's options.
+pub(crate) fn open(root: &Path) -> sigbox::Result<sigbox::Mailbox> {
+    options().open(root)
+}

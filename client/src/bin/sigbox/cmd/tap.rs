@@ -208,7 +208,7 @@ pub(crate) fn run(
     to: &str,
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
-    let mailbox = Mailbox::open(root)?;
+    let mailbox = super::open(root)?;
     let to = Target::parse(Some(to)).map_err(anyhow::Error::msg)?;
     let (program, args) = command.split_first().context("no command given after --")?;
     // Termination signals are for the command: `tap` forwards them and stays to drain its
