@@ -29,9 +29,31 @@ pub(crate) fn parse_body(bytes: &[u8], format: Format) -> std::result::Result<Bo
     }
     let value: Value = match format {
         Format::Json => parse_json(text)?,
-        Format::Yaml => parse_yaml_body(text)?,
+        Format::Yaml => {
+            yaml_printable(text)?;
+            parse_yaml_body(text)?
+        }
     };
     body_of(value)
+}
+
+/// YAML allows only printable characters in a document (YAML 1.2 §5.1: tab, line feed, carriage
+/// return, and no other C0 control, DEL or C1 control but NEL): a NUL or an escape character is
+/// refused by name instead of read one way by one parser and another way by the next (a record
+/// is read up to its first NUL, §3.4).
+fn yaml_printable(text: &str) -> std::result::Result<(), String> {
+    let bad = |c: char| c.is_control() && !matches!(c, '\t' | '\n' | '\r' | '\u{85}');
+    match text.char_indices().find(|&(_, c)| bad(c)) {
+        None => Ok(()),
+        Some((at, c)) => {
+            let line = text[..at].matches('\n').count() + 1;
+            Err(format!(
+                "invalid YAML: control character U+{:04X} at line {line} (YAML allows only \
+                 printable characters)",
+                c as u32
+            ))
+        }
+    }
 }
 
 /// `bytes` without a leading UTF-8 byte order mark (which editors on some systems write, and
@@ -194,7 +216,19 @@ pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<
             let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Strict>();
             let mut body = match stream.next() {
                 Some(Ok(Strict(head))) => body_of(head)?,
-                Some(Err(e)) => return Err(format!("invalid JSON: {e}")),
+                Some(Err(e)) => {
+                    // Torn while its handling fields were written: the signal is what came
+                    // before them.
+                    let strict = |b: &[u8]| parse_json(&String::from_utf8_lossy(b)).is_ok();
+                    return match torn_cut(bytes, strict) {
+                        Some(at) => {
+                            let mut closed = bytes[..at].to_vec();
+                            closed.push(b'}');
+                            body_of(parse_json(&String::from_utf8_lossy(&closed))?)
+                        }
+                        None => Err(format!("invalid JSON: {e}")),
+                    };
+                }
                 None => return Err("empty file".into()),
             };
             for tail in stream {
@@ -220,6 +254,24 @@ pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<
                     body.fields.extend(extra);
                 }
                 return Ok(body);
+            }
+            // A flow mapping gets its handling fields inside its braces, as JSON does.
+            let flow = |b: &[u8]| parse_body(b, Format::Yaml).is_ok();
+            if strip_bom(bytes).trim_ascii_start().starts_with(b"{") {
+                if let Some(at) = torn_cut(bytes, flow) {
+                    let mut closed = bytes[..at].to_vec();
+                    closed.push(b'}');
+                    return parse_body(&closed, Format::Yaml);
+                }
+                // Pages landing out of order can leave the old closing brace and then any
+                // part of the new fields: the mapping is the shortest prefix that closes.
+                let text = &bytes[..end];
+                if let Some(body) = memchr::memchr_iter(b'}', text)
+                    .take(64)
+                    .find_map(|i| parse_body(&text[..=i], Format::Yaml).ok())
+                {
+                    return Ok(body);
+                }
             }
             match parse_body(text.as_bytes(), Format::Yaml) {
                 Ok(body) => Ok(body),
@@ -309,7 +361,7 @@ fn yaml_options() -> serde_saphyr::Options {
     }
 }
 
-fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
+pub(crate) fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
     serde_saphyr::from_str_with_options::<Value>(text, yaml_options())
         .map_err(|e| format!("invalid YAML: {}", yaml_reason(&e.to_string())))
 }
@@ -632,37 +684,347 @@ pub(crate) fn signal_fields(bytes: &[u8], file_name: &str) -> Option<Map<String,
     Some(body.fields)
 }
 
-/// The handling block appended to a claimed file: for JSON a second object on its own line,
-/// for YAML a block of top-level keys (what upstream appends).
-pub(crate) fn handling_tail(
+/// How a claim records its handling in the file: the bytes from `at` to the end are replaced
+/// by `tail` (spec/mailbox.md §3.4), so that the record stays one document in its own format
+/// for any reader.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Annotation {
+    /// Where the replaced part starts: the closing brace of a JSON (or YAML flow) mapping, or
+    /// the start of the handling block an earlier claim wrote, or the end of a YAML file.
+    pub(crate) at: u64,
+    /// What replaces it: the handling fields, and the closing brace again where there was one.
+    pub(crate) tail: Vec<u8>,
+}
+
+impl Annotation {
+    /// The part replaced, as [`crate::io::Io::replace_tail`] takes it: from `at` to the end of
+    /// `read`, the bytes as read.
+    pub(crate) fn span(&self, read: &[u8]) -> (u64, u64) {
+        (self.at, read.len() as u64)
+    }
+}
+
+/// The marker that starts the handling fields inside a JSON (or YAML flow) record: the
+/// fields sigbox writes are always the last ones of the mapping, compact, starting here.
+pub(crate) const JSON_HANDLING_MARKER: &[u8] = b",\"handling_metadata\":";
+
+/// The annotation that records `extra` (the handling fields, `handling_metadata` first) in
+/// `original`, the file's bytes as read.
+///
+/// - A mapping in braces (every JSON signal; a YAML flow mapping): the fields go inside it,
+///   before its closing brace, as `,"handling_metadata":{...}}`; the record is one JSON (or
+///   YAML) object. A handling block an earlier claim wrote (a redelivery, a signal put back
+///   and claimed again) is replaced, not repeated; so is the second document of a record from
+///   an earlier version (the signal, then the block as a second JSON object).
+/// - A YAML block mapping: the fields are top-level keys after the original text, replacing
+///   an earlier block (`handling_metadata:` and what follows it).
+///
+/// Only the bytes from `at` on change: a crash while they are written leaves the signal's own
+/// bytes as they were, and [`parse_record`] reads it back.
+pub(crate) fn annotation(
     original: &[u8],
     format: Format,
     extra: &Map<String, Value>,
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    if !original.ends_with(b"\n") {
-        out.push(b'\n');
-    }
-    match format {
-        Format::Json => {
-            serde_json::to_writer(&mut out, extra).expect("JSON serializes");
-            out.push(b'\n');
+) -> Annotation {
+    let braced = match format {
+        Format::Json => true,
+        Format::Yaml => strip_bom(original).trim_ascii_start().starts_with(b"{"),
+    };
+    if braced && let Some(close) = closing_brace(original) {
+        let at = earlier_block(original, close).unwrap_or(close);
+        let opened = original[..at]
+            .iter()
+            .rposition(|b| !b.is_ascii_whitespace())
+            .is_some_and(|i| original[i] == b'{');
+        let mut tail = Vec::with_capacity(256);
+        for (i, (k, v)) in extra.iter().enumerate() {
+            if i > 0 || !opened {
+                tail.push(b',');
+            }
+            serde_json::to_writer(&mut tail, k).expect("JSON serializes");
+            tail.push(b':');
+            serde_json::to_writer(&mut tail, v).expect("JSON serializes");
         }
-        Format::Yaml => {
-            let text = serde_saphyr::to_string(extra).unwrap_or_else(|_| {
-                // Metadata sigbox builds is plain strings and lists of agent names: this cannot
-                // fail, but a record must never be lost to a formatting problem.
-                format!(
-                    "{}: {}\n",
-                    key::HANDLING_METADATA,
-                    Value::Object(extra.clone())
-                )
-            });
-            out.extend_from_slice(text.as_bytes());
-            if !text.ends_with('\n') {
-                out.push(b'\n');
+        tail.extend_from_slice(b"}\n");
+        return Annotation {
+            at: at as u64,
+            tail,
+        };
+    }
+    let text = String::from_utf8_lossy(original);
+    let at = match text.rfind(YAML_HANDLING_MARKER) {
+        // An earlier block, if what follows it is only handling fields (sigbox wrote it).
+        Some(m) if only_handling_yaml(&text[m + 1..]) => m + 1,
+        _ => original.len(),
+    };
+    let mut tail = Vec::new();
+    if at > 0 && !original[..at].ends_with(b"\n") {
+        tail.push(b'\n');
+    }
+    let block = serde_saphyr::to_string(extra).unwrap_or_else(|_| {
+        // Metadata sigbox builds is plain strings and lists of agent names: this cannot
+        // fail, but a record must never be lost to a formatting problem.
+        format!(
+            "{}: {}\n",
+            key::HANDLING_METADATA,
+            Value::Object(extra.clone())
+        )
+    });
+    tail.extend_from_slice(block.as_bytes());
+    if !block.ends_with('\n') {
+        tail.push(b'\n');
+    }
+    Annotation {
+        at: at as u64,
+        tail,
+    }
+}
+
+/// The offset of the closing brace of the mapping that `bytes` (a JSON object or a YAML flow
+/// mapping, perhaps followed by an earlier version's handling document) starts with; for a
+/// record torn while its handling fields were written, where they began ([`torn_cut`]).
+fn closing_brace(bytes: &[u8]) -> Option<usize> {
+    let body = strip_bom(bytes);
+    let skip = bytes.len() - body.len();
+    // The first JSON value's end (a record of an earlier version has a second one after it).
+    let mut stream =
+        serde_json::Deserializer::from_slice(body).into_iter::<serde::de::IgnoredAny>();
+    let end = match stream.next() {
+        Some(Ok(_)) => skip + stream.byte_offset(),
+        // YAML flow syntax is not JSON: the last non-blank byte.
+        _ => bytes.iter().rposition(|b| !b.is_ascii_whitespace())? + 1,
+    };
+    if end > 0 && bytes[end - 1] == b'}' {
+        return Some(end - 1);
+    }
+    torn_cut(bytes, |b| parse_json(&String::from_utf8_lossy(b)).is_ok())
+}
+
+/// Where the handling fields of a torn record began: a crash while they were written leaves
+/// the signal's bytes, then a prefix of `,"handling_metadata":...}` (perhaps only its comma),
+/// then what was there before (blanks after the brace, an earlier block) or zeros (the size
+/// grew, the data never came). The candidates are the end of the text when it ends in a
+/// prefix of the marker, then every whole marker from the last; the first at which the text
+/// before it, closed with a brace, reads (`reads`) is the cut. The marker is compact JSON with
+/// unescaped quotes, so it never occurs inside a string. (Pages that land out of order can
+/// also leave the old closing brace, then part of the new fields: a JSON reader takes the
+/// first value and ignores the rest; [`parse_record`] does the same for a YAML flow mapping.)
+pub(crate) fn torn_cut(bytes: &[u8], reads: impl Fn(&[u8]) -> bool) -> Option<usize> {
+    let text = &bytes[..memchr::memchr(0, bytes).unwrap_or(bytes.len())];
+    // What followed the brace the marker's comma replaced (blanks) may still be there.
+    let text = text.trim_ascii_end();
+    let partial = (1..JSON_HANDLING_MARKER.len())
+        .rev()
+        .find(|&k| text.ends_with(&JSON_HANDLING_MARKER[..k]))
+        .map(|k| text.len() - k);
+    let whole = memchr::memmem::rfind_iter(text, JSON_HANDLING_MARKER);
+    partial.into_iter().chain(whole).find(|&at| {
+        let mut closed = text[..at].to_vec();
+        closed.push(b'}');
+        reads(&closed)
+    })
+}
+
+/// Where the handling fields an earlier claim wrote inside the mapping start (their marker),
+/// when the mapping closing at `close` ends with them: everything from the marker to the
+/// brace is handling fields, nothing of the signal.
+fn earlier_block(bytes: &[u8], close: usize) -> Option<usize> {
+    let at = memchr::memmem::rfind(&bytes[..close], JSON_HANDLING_MARKER)?;
+    let mut inner = b"{".to_vec();
+    inner.extend_from_slice(&bytes[at + 1..=close]);
+    match serde_json::from_slice::<Map<String, Value>>(&inner) {
+        Ok(m) if m.keys().all(|k| HANDLING_KEYS.contains(&k.as_str())) => Some(at),
+        _ => None,
+    }
+}
+
+/// True when `text` (from a `handling_metadata:` line on) is a YAML mapping of handling fields
+/// only.
+fn only_handling_yaml(text: &str) -> bool {
+    matches!(parse_yaml(text), Ok(Value::Object(m))
+        if m.keys().all(|k| HANDLING_KEYS.contains(&k.as_str())))
+}
+
+#[cfg(test)]
+mod record_tests {
+    //! A processed record is one document in its own format (spec/mailbox.md §3.4), whatever
+    //! was claimed and however often, and a crash while its handling fields are written leaves
+    //! the signal readable.
+
+    use super::*;
+
+    const JSON: &str =
+        "signal.20261122T101500.000001Z.00000000000000000000000000000001.STEER.Executor.json";
+
+    /// Originals a claim meets, by file name.
+    fn originals() -> Vec<(&'static str, &'static str)> {
+        vec![
+            (
+                JSON,
+                "{\"type\":\"STEER\",\"target\":\"Executor\",\"message\":\"m\"}\n",
+            ),
+            (
+                "pretty.json",
+                "\u{feff}{\n  \"type\": \"STEER\",\n  \"target\": \"Executor\",\n  \"message\": \"m, }\"\n}  \n\n",
+            ),
+            ("block.yaml", "type: STEER\ntarget: Executor\nmessage: m\n"),
+            ("unended.yaml", "type: STEER\ntarget: Executor\nmessage: m"),
+            ("flow.yaml", "{type: STEER, target: Executor, message: m}\n"),
+        ]
+    }
+
+    /// The file after `a` was written over `bytes`.
+    fn apply(bytes: &[u8], a: &Annotation) -> Vec<u8> {
+        let mut out = bytes[..a.at as usize].to_vec();
+        out.extend_from_slice(&a.tail);
+        out
+    }
+
+    /// `bytes` as one document of its format, strictly (no duplicate key, nothing after it).
+    fn one_document(name: &str, bytes: &[u8]) -> Map<String, Value> {
+        let text = std::str::from_utf8(strip_bom(bytes)).unwrap();
+        let v = match name::format_of(name) {
+            Format::Json => parse_json(text),
+            Format::Yaml => parse_yaml(text),
+        };
+        match v {
+            Ok(Value::Object(m)) => m,
+            other => panic!("{name}: not one document: {other:?}\n{text}"),
+        }
+    }
+
+    fn signal_of(name: &str, bytes: &[u8]) -> (String, Option<String>) {
+        let b = parse_record(bytes, name::format_of(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}: {:?}", String::from_utf8_lossy(bytes)));
+        let msg = b
+            .fields
+            .get("message")
+            .and_then(Value::as_str)
+            .map(String::from);
+        (b.type_name, msg)
+    }
+
+    #[test]
+    fn every_record_is_one_document_with_one_handling_block() {
+        for (name, original) in originals() {
+            let want = signal_of(name, original.as_bytes());
+            let format = name::format_of(name);
+            // Claimed, then delivered again twice, then archived: one block, the last.
+            let mut record = original.as_bytes().to_vec();
+            for (i, h) in [
+                Handled::Delivered,
+                Handled::Redelivered(1),
+                Handled::Redelivered(2),
+                Handled::Archived(Archived::Partial, &["Planner".to_string()]),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let a = annotation(&record, format, &h.fields("Executor"));
+                record = apply(&record, &a);
+                let doc = one_document(name, &record);
+                assert_eq!(
+                    doc["handling_metadata"]["handled_by"], "Executor",
+                    "{name} {i}"
+                );
+                assert_eq!(signal_of(name, &record), want, "{name} {i}");
+                assert!(
+                    record.starts_with(
+                        &original.as_bytes()[..a.at.min(original.len() as u64) as usize]
+                    )
+                );
+            }
+            let doc = one_document(name, &record);
+            assert_eq!(doc["delivery_status"], "partial", "{name}");
+            assert_eq!(
+                doc["handling_metadata"]["action_taken"],
+                "broadcast archived"
+            );
+        }
+    }
+
+    #[test]
+    fn an_earlier_versions_two_document_record_becomes_one() {
+        let old = format!(
+            "{}{}",
+            "{\"type\":\"STEER\",\"target\":\"Executor\"}\n",
+            "{\"handling_metadata\":{\"handled_by\":\"Executor\",\"action_taken\":\"delivered\"}}\n"
+        );
+        let a = annotation(
+            old.as_bytes(),
+            Format::Json,
+            &Handled::Redelivered(1).fields("Planner"),
+        );
+        let record = apply(old.as_bytes(), &a);
+        let doc = one_document(JSON, &record);
+        assert_eq!(doc["handling_metadata"]["redelivery"], 1);
+        assert_eq!(doc["handling_metadata"]["handled_by"], "Planner");
+    }
+
+    /// What a crash while the handling fields are written can leave, byte by byte: where the
+    /// write got to, the new bytes; past it, the bytes that were there (the end of the signal,
+    /// or the block an earlier claim wrote), then, where the file grew, zeros (the size came,
+    /// the data did not) or nothing. Pages can also land out of order: the new bytes from some
+    /// point on, and the old ones before it.
+    #[test]
+    fn a_record_torn_at_any_byte_still_reads_as_its_signal() {
+        for (name, original) in originals() {
+            let want = signal_of(name, original.as_bytes());
+            let format = name::format_of(name);
+            let first = annotation(
+                original.as_bytes(),
+                format,
+                &Handled::Delivered.fields("Executor"),
+            );
+            let claimed = apply(original.as_bytes(), &first);
+            let again = annotation(
+                &claimed,
+                format,
+                &Handled::Redelivered(1).fields("Executor"),
+            );
+            let redelivered = apply(&claimed, &again);
+            for (before, a, after) in [
+                (original.as_bytes(), &first, &claimed),
+                (claimed.as_slice(), &again, &redelivered),
+            ] {
+                let old = |i: usize| before.get(i).copied();
+                for cut in a.at as usize..=after.len() {
+                    // Written up to `cut`; the old bytes after it; the grown part zeros or gone.
+                    let mut torn: Vec<u8> = after[..cut].to_vec();
+                    torn.extend((cut..before.len()).filter_map(old));
+                    let mut zeros = torn.clone();
+                    zeros.resize(after.len().max(torn.len()), 0);
+                    // Written from `cut` on only.
+                    let mut late: Vec<u8> = (0..cut).map(|i| old(i).unwrap_or(0)).collect();
+                    late.extend_from_slice(&after[cut..]);
+                    for bytes in [torn, zeros, late] {
+                        assert_eq!(
+                            signal_of(name, &bytes),
+                            want,
+                            "{name}: cut at {cut}: {:?}",
+                            String::from_utf8_lossy(&bytes)
+                        );
+                    }
+                }
             }
         }
     }
-    out
+
+    /// A sender's own `handling_metadata` in the middle of its body is its field: the
+    /// annotation never cuts the body there.
+    #[test]
+    fn a_senders_own_handling_field_is_never_cut() {
+        let body = "{\"type\":\"INFO\",\"handling_metadata\":{\"x\":1},\"target\":\"Executor\",\"message\":\"kept\"}\n";
+        let a = annotation(
+            body.as_bytes(),
+            Format::Json,
+            &Handled::Delivered.fields("Executor"),
+        );
+        assert_eq!(a.at as usize, body.rfind('}').unwrap());
+        let record = apply(body.as_bytes(), &a);
+        assert_eq!(
+            signal_of(JSON, &record),
+            ("INFO".into(), Some("kept".into()))
+        );
+    }
 }

@@ -72,3 +72,61 @@ pub use mailbox::{
     Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE, SHARED_FILE_MODE,
 };
 pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, valid_agent};
+
+/// Internals exposed for the fuzz targets and property tests only: not part of the API, may
+/// change at any time.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::body::{self, Handled};
+    use crate::name;
+
+    /// The record a claim of `agent` leaves of the signal file `bytes` named `file_name`, after
+    /// `redeliveries` deliveries again (spec/mailbox.md §3.4), and where its handling block
+    /// starts.
+    pub fn record_after_claims(
+        bytes: &[u8],
+        file_name: &str,
+        redeliveries: u32,
+    ) -> (Vec<u8>, usize) {
+        let format = name::format_of(file_name);
+        let mut record = bytes.to_vec();
+        let mut at = 0;
+        for n in 0..=redeliveries {
+            let h = if n == 0 {
+                Handled::Delivered
+            } else {
+                Handled::Redelivered(n)
+            };
+            let a = body::annotation(&record, format, &h.fields("Executor"));
+            at = a.at as usize;
+            record.truncate(at);
+            record.extend_from_slice(&a.tail);
+        }
+        (record, at)
+    }
+
+    /// True when `bytes` is a signal a claim takes from the drop zone as `file_name` (strictly:
+    /// a record's leniency for torn blocks aside).
+    pub fn is_dropped_signal(bytes: &[u8], file_name: &str) -> bool {
+        body::parse_body(bytes, name::format_of(file_name)).is_ok_and(|b| {
+            crate::Signal::from_body(b, file_name, std::path::Path::new(file_name)).is_ok()
+        })
+    }
+
+    /// `bytes` as one strict document of the format `file_name` says (no duplicate key,
+    /// nothing after it): its fields, or why not.
+    pub fn one_document(
+        bytes: &[u8],
+        file_name: &str,
+    ) -> std::result::Result<serde_json::Map<String, serde_json::Value>, String> {
+        let text = std::str::from_utf8(body::strip_bom(bytes)).map_err(|e| e.to_string())?;
+        let v = match name::format_of(file_name) {
+            name::Format::Json => body::parse_json(text)?,
+            name::Format::Yaml => body::parse_yaml(text)?,
+        };
+        match v {
+            serde_json::Value::Object(m) => Ok(m),
+            other => Err(format!("not a mapping: {other}")),
+        }
+    }
+}

@@ -27,6 +27,8 @@ pub enum Op {
     CreateFile(PathBuf),
     /// append data
     Write(PathBuf, Vec<u8>),
+    /// replace the data from an offset to the end
+    ReplaceTail(PathBuf, u64, Vec<u8>),
     /// fsync a file
     SyncFile(PathBuf),
     /// rename
@@ -87,6 +89,7 @@ impl FsHook for Recorder {
             FsOp::CreateDir(p) => Op::CreateDir(p.into()),
             FsOp::CreateFile(p) => Op::CreateFile(p.into()),
             FsOp::Write(p, d) => Op::Write(p.into(), d.to_vec()),
+            FsOp::ReplaceTail(p, at, d) => Op::ReplaceTail(p.into(), at, d.to_vec()),
             FsOp::SyncFile(p) => Op::SyncFile(p.into()),
             FsOp::Rename { from, to, .. } => Op::Rename(from.into(), to.into()),
             FsOp::SyncDir(p) => Op::SyncDir(p.into()),
@@ -223,6 +226,13 @@ impl Model {
             Op::Write(p, data) => {
                 let id = self.lookup(&self.rel(p)).expect("write to a missing file");
                 if let Node::File { live, .. } = &mut self.nodes[id] {
+                    live.extend_from_slice(data);
+                }
+            }
+            Op::ReplaceTail(p, at, data) => {
+                let id = self.lookup(&self.rel(p)).expect("write to a missing file");
+                if let Node::File { live, .. } = &mut self.nodes[id] {
+                    live.truncate(usize::try_from(*at).expect("an offset in memory"));
                     live.extend_from_slice(data);
                 }
             }

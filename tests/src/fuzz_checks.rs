@@ -129,6 +129,49 @@ pub fn bodies(data: &[u8]) {
         let _ = sigbox::goblin::parse_payload(g, data);
     }
     let _ = sigbox::mux::parse_record(data);
+    records(data);
+}
+
+/// A claim's record (spec/mailbox.md §3.4): whatever a signal file holds, the record claims
+/// leave of it (a claim, then two redeliveries) reads back as the same signal, also torn at
+/// any byte; a JSON record is one strict JSON document.
+fn records(data: &[u8]) {
+    use sigbox::fuzzing::{is_dropped_signal, one_document, record_after_claims};
+    for name in ["x.json", "x.yaml"] {
+        let path = std::path::Path::new(name);
+        if !is_dropped_signal(data, name) {
+            continue;
+        }
+        let want =
+            sigbox::Signal::parse_file_bytes(data, path).expect("a signal reads as a record");
+        let (record, at) = record_after_claims(data, name, 2);
+        let got = sigbox::Signal::parse_file_bytes(&record, path).expect("a record reads");
+        let same = |s: &sigbox::Signal| (s.signal_type, s.target.clone(), s.message.clone());
+        assert_eq!(
+            same(&got),
+            same(&want),
+            "{name}: the record reads as the signal"
+        );
+        assert_eq!(got.redelivery(), 2, "{name}: the last block is read");
+        let own = ["handling_metadata", "delivery_status", "unacked_agents"]
+            .iter()
+            .any(|k| want.fields.contains_key(*k));
+        if name == "x.json" && !own {
+            let doc = one_document(&record, name).expect("a JSON record is one document");
+            assert_eq!(doc["handling_metadata"]["redelivery"], 2);
+        }
+        // Torn: the new bytes up to a cut, then zeros.
+        for cut in [at, at + 1, at + 7, at + 23, record.len() - 1] {
+            if cut >= record.len() {
+                continue;
+            }
+            let mut torn = record[..cut].to_vec();
+            torn.extend_from_slice(&[0; 4]);
+            let got = sigbox::Signal::parse_file_bytes(&torn, path)
+                .unwrap_or_else(|e| panic!("{name}: torn at {cut}: {e}"));
+            assert_eq!(same(&got), same(&want), "{name}: torn at {cut}");
+        }
+    }
 }
 
 /// Runs `check` on every file of `fuzz/corpus/<target>/`; returns how many it ran.

@@ -711,9 +711,9 @@ fn claims_of_a_pass_commit_together() {
         let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
         assert_eq!(count(&|o| matches!(o, Op::Rename(..))), k);
         assert_eq!(
-            count(&|o| matches!(o, Op::Write(..))),
+            count(&|o| matches!(o, Op::ReplaceTail(..))),
             k,
-            "one append per claim"
+            "one handling record per claim"
         );
         assert_eq!(
             count(&|o| matches!(o, Op::SyncFile(_))),
@@ -734,11 +734,11 @@ fn claims_of_a_pass_commit_together() {
             count(&|o| matches!(o, Op::SyncDir(d) if *d == processed)),
             0
         );
-        // Within each group: every rename and append, then the slot, then inputs/.
+        // Within each group: every rename and record, then the slot, then inputs/.
         let mut phase = 0;
         for o in ops {
             let p = match o {
-                Op::Rename(..) | Op::Write(..) => 0,
+                Op::Rename(..) | Op::ReplaceTail(..) => 0,
                 Op::SyncDir(d) if *d == slot => 1,
                 Op::SyncDir(d) if *d == inputs => 2,
                 other => panic!("unexpected effect {other:?}"),

@@ -25,7 +25,7 @@ struct FailWrites;
 impl FsHook for FailWrites {
     fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
         match op {
-            FsOp::Write(..) => Err(io::Error::from_raw_os_error(28)), // ENOSPC
+            FsOp::Write(..) | FsOp::ReplaceTail(..) => Err(io::Error::from_raw_os_error(28)), // ENOSPC
             _ => Ok(()),
         }
     }
@@ -84,7 +84,9 @@ struct FailFilesLike(&'static str);
 impl FsHook for FailFilesLike {
     fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
         match op {
-            FsOp::CreateFile(p) | FsOp::Write(p, _) if p.to_string_lossy().contains(self.0) => {
+            FsOp::CreateFile(p) | FsOp::Write(p, _) | FsOp::ReplaceTail(p, ..)
+                if p.to_string_lossy().contains(self.0) =>
+            {
                 Err(io::Error::from_raw_os_error(28)) // ENOSPC
             }
             _ => Ok(()),

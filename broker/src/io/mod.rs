@@ -40,6 +40,10 @@ pub enum FsOp<'a> {
     CreateFile(&'a Path),
     /// Appends `data` to the file at `path` (one just created, or one being annotated).
     Write(&'a Path, &'a [u8]),
+    /// Replaces the bytes of the file at `path` from offset `at` to its end with `data`
+    /// (`pwrite` at `at`, then `ftruncate` to `at + data.len()` when the file was longer): how
+    /// a claim records its handling inside the record (spec/mailbox.md §3.4).
+    ReplaceTail(&'a Path, u64, &'a [u8]),
     /// `fsync` of the file at `path`.
     SyncFile(&'a Path),
     /// `rename(from, to)`; with `noreplace`, fails if `to` exists.
@@ -417,21 +421,20 @@ impl Io {
         self.sync_file(&file, path)
     }
 
-    /// Appends `data` to an existing regular file (never through a symlink), without an fsync
-    /// (the caller may [`Io::sync_data`] the returned file).
-    pub(crate) fn append_unsynced(&self, path: &Path, data: &[u8]) -> Result<File> {
+    /// [`Io::replace_tail`] of an existing regular file (never through a symlink), opened for
+    /// it.
+    pub(crate) fn replace_tail_unsynced(
+        &self,
+        path: &Path,
+        span: (u64, u64),
+        data: &[u8],
+    ) -> Result<()> {
         self.check_poison(path)?;
         let (dir, name) = self.place(path)?;
-        // Never blocking on a FIFO swapped in: an append goes only to a regular file.
-        let mut file = sys::open_untrusted_at(
-            &dir,
-            name,
-            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::APPEND,
-        )
-        .map_err(|e| Error::io(path, "cannot open for append", e))?;
-        self.effect(FsOp::Write(path, data), || file.write_all(data))
-            .map_err(|e| Error::io(path, "cannot append", e))?;
-        Ok(file)
+        // Never blocking on a FIFO swapped in: only a regular file is opened.
+        let file = sys::open_untrusted_at(&dir, name, rustix::fs::OFlags::WRONLY)
+            .map_err(|e| Error::io(path, "cannot open for writing", e))?;
+        self.replace_tail(&file, path, span, data)
     }
 
     /// `fdatasync` (when durable). A failed fsync poisons the handle.
@@ -723,7 +726,7 @@ impl Io {
 
     /// [`Io::read_untrusted`] for a file this handle has just claimed (renamed into
     /// `processed/`), keeping one read-write descriptor open for its handling record
-    /// ([`Io::append_to`]). The descriptor comes back only with `ReadOutcome::Bytes`. When the file
+    /// ([`Io::replace_tail`]). The descriptor comes back only with `ReadOutcome::Bytes`. When the file
     /// cannot be opened for writing (another user's private file, anything not a regular
     /// file), it is read as [`Io::read_untrusted`] reads it, without a descriptor.
     pub(crate) fn read_claimed(
@@ -741,7 +744,7 @@ impl Io {
             }
             Err(e) => return Err(e),
         };
-        let access = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::APPEND;
+        let access = rustix::fs::OFlags::RDWR;
         let file = match sys::open_untrusted_at(&dir, name, access) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((ReadOutcome::Gone, None)),
@@ -753,12 +756,28 @@ impl Io {
         Ok((r, keep))
     }
 
-    /// Appends `data` to `file` (opened by [`Io::read_claimed`], so appending), without a sync:
-    /// the caller fdatasyncs it ([`Io::sync_data`]).
-    pub(crate) fn append_to(&self, mut file: &File, path: &Path, data: &[u8]) -> Result<()> {
+    /// Replaces the bytes of `file` (opened by [`Io::read_claimed`]) from `at` to its end
+    /// (`len` bytes long, as read) with `data`, without a sync: the caller fdatasyncs it when
+    /// it must ([`Io::sync_data`]). One `pwrite`, and an `ftruncate` only when `data` ends
+    /// before the old end.
+    pub(crate) fn replace_tail(
+        &self,
+        file: &File,
+        path: &Path,
+        (at, len): (u64, u64),
+        data: &[u8],
+    ) -> Result<()> {
+        use std::os::unix::fs::FileExt;
         self.check_poison(path)?;
-        self.effect(FsOp::Write(path, data), || file.write_all(data))
-            .map_err(|e| Error::io(path, "cannot append", e))
+        self.effect(FsOp::ReplaceTail(path, at, data), || {
+            file.write_all_at(data, at)?;
+            let end = at + data.len() as u64;
+            if len > end {
+                file.set_len(end)?;
+            }
+            Ok(())
+        })
+        .map_err(|e| Error::io(path, "cannot record the handling in", e))
     }
 
     /// `lstat`, as a [`Stamp`]; `None` when the file is gone.

@@ -45,15 +45,20 @@ fn a_file_longer_than_its_stat_size_is_read_to_its_end_within_the_cap() {
 }
 
 #[test]
-fn a_claimed_file_keeps_one_descriptor_that_reads_and_appends() {
+fn a_claimed_file_keeps_one_descriptor_that_reads_and_records() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("s.json");
     fs::write(&p, b"{\"type\":\"INFO\"}\n").unwrap();
     let io = Io::new(IoOptions::new().durability(Durability::RelaxedNoFsync));
     let (r, file) = io.read_claimed(&p, 1 << 20).unwrap();
     assert_eq!(bytes(r), b"{\"type\":\"INFO\"}\n");
-    io.append_to(&file.unwrap(), &p, b"{\"h\":1}\n").unwrap();
-    assert_eq!(fs::read(&p).unwrap(), b"{\"type\":\"INFO\"}\n{\"h\":1}\n");
+    let file = file.unwrap();
+    io.replace_tail(&file, &p, (14, 16), b",\"h\":1}\n")
+        .unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"{\"type\":\"INFO\",\"h\":1}\n");
+    // A shorter tail cuts the file where it ends.
+    io.replace_tail(&file, &p, (14, 22), b"}").unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"{\"type\":\"INFO\"}");
 
     // Anything but a regular file comes back without a descriptor, as read_untrusted
     // reports it.

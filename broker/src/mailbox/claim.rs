@@ -515,10 +515,10 @@ impl Mailbox {
                         // Appended in place, as upstream does: a claim allocates and frees no
                         // inode (on ext4, creating files right after frees is slow, and that
                         // would slow producers too).
-                        let tail = body::handling_tail(&bytes, format, extra);
+                        let a = body::annotation(&bytes, format, extra);
                         let appended = match file {
-                            Some(f) => self.io.append_to(&f, dest, &tail),
-                            None => self.io.append_unsynced(dest, &tail).map(drop),
+                            Some(f) => self.io.replace_tail(&f, dest, a.span(&bytes), &a.tail),
+                            None => self.io.replace_tail_unsynced(dest, a.span(&bytes), &a.tail),
                         };
                         match appended {
                             Ok(()) => {}

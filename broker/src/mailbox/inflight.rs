@@ -251,10 +251,10 @@ impl Mailbox {
                     sig.id = identity::identity(&fname, &sig.fields, &stamp);
                     let count = body::redeliveries(&bytes, &fname).saturating_add(1);
                     let extra = Handled::Redelivered(count).fields(agent);
-                    let tail = body::handling_tail(&bytes, name::format_of(&fname), &extra);
+                    let a = body::annotation(&bytes, name::format_of(&fname), &extra);
                     match file {
                         Some(f) => {
-                            self.io.append_to(&f, &path, &tail)?;
+                            self.io.replace_tail(&f, &path, a.span(&bytes), &a.tail)?;
                             self.io.sync_data(&f, &path)?;
                         }
                         None => {
