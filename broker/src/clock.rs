@@ -64,6 +64,22 @@ pub(crate) fn time_of(ns: i128) -> SystemTime {
     }
 }
 
+/// The settle rule for a signal file in a drop zone (spec/mailbox.md §5): a file that arrived
+/// by rename or link after its last write (its ctime later than its mtime: a rename, a link,
+/// a `chmod` or `utimensat` change the ctime alone) is complete and may be read at once; any
+/// other is [`settling`]. Equal timestamps (one clock tick, or a filesystem with coarse
+/// timestamps) count as written in place.
+pub(crate) fn settling_file(
+    stamp: &Stamp,
+    window: Duration,
+    now: SystemTime,
+) -> Option<SystemTime> {
+    if stamp.ctime_ns > stamp.mtime_ns {
+        return None;
+    }
+    settling(stamp, window, now)
+}
+
 /// The settle rule (spec/mailbox.md §5, spec/goblin.md): an entry last changed (the later of
 /// mtime and ctime) less than `window` before `now` may still be being written.
 /// `Some(eligible_at)` while it is inside the window, `None` once it has settled.

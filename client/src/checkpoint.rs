@@ -264,8 +264,12 @@ impl Checkpoint {
         let deadline = crate::watch::deadline_after(timeout);
         self.arm()?;
         loop {
-            // Drain wake-ups that arrived before this pass: the pass sees their effects.
+            // Drain wake-ups that arrived before this pass: the pass sees their effects, and
+            // reads the files renamed in at once (they arrived whole).
             self.waiter.drain();
+            for p in self.waiter.take_arrivals() {
+                self.mailbox.arrived_whole(&p);
+            }
             let pass = match self.pass_once(control, hand_over) {
                 Ok(pass) => pass,
                 // `inputs/` gone for a moment (being replaced, or the root moved and not made

@@ -2,7 +2,8 @@
 //! one sleep between two looks that every waiting command shares (the backstop, the poll
 //! interval, a settling file's window and the caller's deadline).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,6 +26,9 @@ pub(crate) const MIN_POLL: Duration = Duration::from_millis(10);
 pub struct DirWatch {
     _watcher: RecommendedWatcher,
     rx: Receiver<WakeUp>,
+    /// Paths renamed into the watched directories (inotify's `IN_MOVED_TO`) since the last
+    /// [`DirWatch::take_arrivals`].
+    arrived: Mutex<Vec<PathBuf>>,
 }
 
 impl std::fmt::Debug for DirWatch {
@@ -55,13 +59,33 @@ impl DirWatch {
         Ok(DirWatch {
             _watcher: watcher,
             rx,
+            arrived: Mutex::new(Vec::new()),
         })
     }
 
     /// Forgets wake-ups that arrived so far: call right before looking at the directories, so
-    /// that anything after the look wakes the next [`DirWatch::wait`].
+    /// that anything after the look wakes the next [`DirWatch::wait`]. The paths renamed in
+    /// are kept for [`DirWatch::take_arrivals`].
     pub fn drain(&self) {
-        while self.rx.try_recv().is_ok() {}
+        while let Ok(w) = self.rx.try_recv() {
+            self.keep(w);
+        }
+    }
+
+    /// The paths renamed into the watched directories since the last call: files that
+    /// arrived whole (spec/mailbox.md §5).
+    pub fn take_arrivals(&self) -> Vec<PathBuf> {
+        std::mem::take(&mut *self.arrived.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn keep(&self, w: WakeUp) {
+        if let WakeUp::Arrived(p) = w {
+            let mut a = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
+            // Bounded: a flood of renames falls back to the settle window for the rest.
+            if a.len() < 4096 {
+                a.push(p);
+            }
+        }
     }
 
     /// Sleeps until something changes or `timeout` passes. Returns false if the watcher died
@@ -70,6 +94,10 @@ impl DirWatch {
         match self.rx.recv_timeout(timeout) {
             Ok(WakeUp::Rescan) => {
                 tracing::debug!("event overflow: rescanning");
+                true
+            }
+            Ok(w @ WakeUp::Arrived(_)) => {
+                self.keep(w);
                 true
             }
             Ok(WakeUp::Changed) | Err(RecvTimeoutError::Timeout) => true,
@@ -82,6 +110,8 @@ impl DirWatch {
 #[derive(Debug, PartialEq, Eq)]
 enum WakeUp {
     Changed,
+    /// A file renamed into a watched directory (its new path).
+    Arrived(PathBuf),
     Rescan,
 }
 
@@ -94,6 +124,16 @@ fn wake_of(res: &notify::Result<notify::Event>) -> Option<WakeUp> {
         // Opening and reading a directory are events too (inotify's IN_OPEN, IN_CLOSE_NOWRITE):
         // the waiter's own listing must not wake it, or it would spin.
         Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)) => None,
+        // A rename into the directory (`IN_MOVED_TO`; paired with its source, the new path
+        // comes last): the file arrived whole.
+        Ok(notify::Event {
+            kind:
+                notify::EventKind::Modify(notify::event::ModifyKind::Name(
+                    notify::event::RenameMode::To | notify::event::RenameMode::Both,
+                )),
+            paths,
+            ..
+        }) if !paths.is_empty() => Some(WakeUp::Arrived(paths[paths.len() - 1].clone())),
         Ok(_) => Some(WakeUp::Changed),
         // A watcher error may mean lost events too: rescan.
         Err(_) => Some(WakeUp::Rescan),
@@ -196,6 +236,15 @@ impl Waiter {
         }
     }
 
+    /// The paths renamed into the watched directories since the last call (none while
+    /// polling): see [`DirWatch::take_arrivals`].
+    pub fn take_arrivals(&self) -> Vec<PathBuf> {
+        self.watch
+            .as_ref()
+            .map(DirWatch::take_arrivals)
+            .unwrap_or_default()
+    }
+
     /// Sleeps for the backstop (with events) or the poll interval (without), but no later than
     /// `next_check` (plus the settle margin) and no longer than `left`, the time to the
     /// caller's deadline; with events it wakes at the first change.
@@ -250,7 +299,28 @@ mod tests {
         );
         assert_eq!(
             wake_of(&ev(EventKind::Modify(ModifyKind::Name(RenameMode::To)))),
-            Some(WakeUp::Changed)
+            Some(WakeUp::Changed),
+            "a rename without its path"
+        );
+        let moved = |mode, paths: &[&str]| {
+            let mut e = notify::Event::new(EventKind::Modify(ModifyKind::Name(mode)));
+            for p in paths {
+                e = e.add_path(PathBuf::from(p));
+            }
+            wake_of(&Ok(e))
+        };
+        assert_eq!(
+            moved(RenameMode::To, &["/r/inputs/a.yaml"]),
+            Some(WakeUp::Arrived("/r/inputs/a.yaml".into()))
+        );
+        assert_eq!(
+            moved(RenameMode::Both, &["/r/tmp/x", "/r/inputs/a.yaml"]),
+            Some(WakeUp::Arrived("/r/inputs/a.yaml".into()))
+        );
+        assert_eq!(
+            moved(RenameMode::From, &["/r/inputs/a.yaml"]),
+            Some(WakeUp::Changed),
+            "a rename out is no arrival"
         );
     }
 }

@@ -766,15 +766,18 @@ fn empty_and_torn_signals_under_canonical_names_are_problems_not_pending() {
     assert!(env.inputs().join(&empty).exists() && env.inputs().join(&torn).exists());
     // Settled (a window of 0): what a claim would refuse is a problem, not pending.
     let env = env.with_settle("0s");
-    let pending: Vec<String> = env
-        .json_lines(&["ls"])
-        .iter()
-        .map(|v| v["id"].as_str().unwrap().to_string())
-        .collect();
-    assert!(
-        !pending.iter().any(|p| empty.starts_with(p.as_str())),
-        "{pending:?}"
-    );
+    let ls = env.json_lines(&["ls"]);
+    let pending: Vec<&str> = ls.iter().filter_map(|v| v["id"].as_str()).collect();
+    assert!(!pending.iter().any(|p| empty.starts_with(p)), "{pending:?}");
+    // Listed, as invalid, with the reason.
+    for name in [&empty, &torn] {
+        assert!(
+            ls.iter()
+                .any(|v| v["kind"] == "invalid"
+                    && v["path"].as_str().unwrap().ends_with(name.as_str())),
+            "{name}: {ls:?}"
+        );
+    }
     let out = env.run(&["--json", "doctor"]);
     assert_eq!(out.status.code(), Some(1), "doctor says healthy");
     let findings: Vec<Value> = String::from_utf8(out.stdout)

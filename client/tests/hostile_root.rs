@@ -4,6 +4,8 @@
 //! the same, nothing hangs, no pending signal is lost, and `doctor` (or the command's own
 //! error) names the path.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -486,23 +488,6 @@ fn names_that_are_not_utf8_in_every_directory_never_panic_or_stop_a_command() {
     }
 }
 
-/// The inotify watches a process holds (`inotify wd:` lines of its descriptors' fdinfo).
-fn inotify_watches(pid: u32) -> usize {
-    let mut n = 0;
-    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .unwrap()
-        .flatten()
-    {
-        if let Ok(text) = std::fs::read_to_string(e.path()) {
-            n += text
-                .lines()
-                .filter(|l| l.starts_with("inotify wd:"))
-                .count();
-        }
-    }
-    n
-}
-
 #[test]
 fn waits_never_watch_through_a_planted_link() {
     let tmp = tempfile::tempdir().unwrap();
@@ -553,10 +538,10 @@ fn waits_never_watch_through_a_planted_link() {
             .unwrap();
         // Once it watches at all (it arms before its first pass), count what it watches.
         let deadline = Instant::now() + Duration::from_secs(10);
-        let mut watches = inotify_watches(child.id());
+        let mut watches = common::inotify_watches(child.id());
         while watches == 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
-            watches = inotify_watches(child.id());
+            watches = common::inotify_watches(child.id());
         }
         let _ = child.kill();
         let out = child.wait_with_output().unwrap();

@@ -82,7 +82,7 @@ pub(crate) fn untrusted_settling(
     if name::parse_canonical(file_name).is_none() || fields.is_some_and(|f| trusted(file_name, f)) {
         return None;
     }
-    clock::settling(stamp, settle, now)
+    clock::settling_file(stamp, settle, now)
 }
 
 #[cfg(test)]

@@ -66,6 +66,9 @@ pub struct Mailbox {
     /// Broadcasts this handle knows are acked, per agent and file name, with the inode and
     /// ctime of the file acked: a new file under the name is another broadcast (`broadcast.rs`).
     acked: Mutex<HashMap<(String, OsString), (u64, i128)>>,
+    /// Files a watcher saw renamed in (`Mailbox::arrived_whole`), with the inode and mtime the
+    /// first scan after that found (`scan.rs`).
+    arrivals: Mutex<HashMap<PathBuf, Option<(u64, i128)>>>,
     /// What this handle has in flight, per agent (`inflight.rs`). Held for a whole pass.
     flights: Mutex<HashMap<String, inflight::Flight>>,
 }
@@ -200,6 +203,7 @@ impl Mailbox {
             io,
             scans: Mutex::new(ScanCache::default()),
             acked: Mutex::new(HashMap::new()),
+            arrivals: Mutex::new(HashMap::new()),
             flights: Mutex::new(HashMap::new()),
         }
     }

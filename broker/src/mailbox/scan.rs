@@ -289,7 +289,9 @@ impl Mailbox {
         let Some(stamp) = self.io.stamp(&path)? else {
             return Ok(());
         };
-        if let Some(until) = clock::settling(&stamp, self.opts.settle, at.now) {
+        if !self.came_whole(&path, &stamp)
+            && let Some(until) = clock::settling_file(&stamp, self.opts.settle, at.now)
+        {
             scan.note_settling(name, until);
             return Ok(());
         }
@@ -319,6 +321,38 @@ impl Mailbox {
             },
         }
         Ok(())
+    }
+
+    /// Tells the handle that the file at `path` (in `inputs/` or a buffer) was just renamed
+    /// in, as a watcher saw it (inotify's `IN_MOVED_TO`): it arrived whole, and is read at
+    /// once instead of after the settle window (spec §5), as long as it keeps the inode and
+    /// the mtime the next pass finds. A file written in place after its rename settles again.
+    pub fn arrived_whole(&self, path: &Path) {
+        let mut a = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
+        if a.len() >= 4096 {
+            a.clear(); // bounded: the rest settle as usual
+        }
+        a.insert(path.to_path_buf(), None);
+    }
+
+    /// True when a watcher saw `path` renamed in and it is the file it was then.
+    fn came_whole(&self, path: &Path, stamp: &Stamp) -> bool {
+        let mut a = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(seen) = a.get_mut(path) else {
+            return false;
+        };
+        let now = (stamp.ino, stamp.mtime_ns);
+        match seen {
+            None => {
+                *seen = Some(now);
+                true
+            }
+            Some(first) if *first == now => true,
+            Some(_) => {
+                a.remove(path);
+                false
+            }
+        }
     }
 
     /// Reads and parses a dropped file. `Ok(None)` when it vanished.

@@ -95,3 +95,20 @@ pub(crate) fn printed(text: &str) -> Vec<(String, u64)> {
         })
         .collect()
 }
+
+/// The inotify watches a process holds (`inotify wd:` lines of its descriptors' fdinfo).
+pub(crate) fn inotify_watches(pid: u32) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        if let Ok(text) = std::fs::read_to_string(e.path()) {
+            n += text
+                .lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count();
+        }
+    }
+    n
+}

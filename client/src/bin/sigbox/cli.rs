@@ -66,7 +66,7 @@ pub(crate) enum Command {
   sigbox ls
   sigbox ls --all --json")]
     Ls {
-        /// Also list buffered signals, broadcast acks, rejected files and files still settling.
+        /// Also list who acked each broadcast, and the files quarantined in rejected/.
         #[arg(long)]
         all: bool,
     },

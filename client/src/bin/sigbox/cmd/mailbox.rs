@@ -5,12 +5,12 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use serde_json::json;
 use sigbox::PassControl;
-use sigbox::{NewSignal, Severity, SignalType, Target};
+use sigbox::{NewSignal, ProblemKind, Severity, SignalType, Target};
 use sigbox_client::{Checkpoint, WaitMode};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::{flag, low_level};
@@ -189,10 +189,8 @@ impl Interrupts {
 
 pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mb = super::open(root)?;
+    // Every pending signal, buffered ones marked: nothing waiting is hidden.
     for p in mb.pending()? {
-        if p.buffered_for.is_some() && !all {
-            continue;
-        }
         let kind = if p.buffered_for.is_some() {
             "buffered"
         } else {
@@ -203,8 +201,12 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
         } else {
             Vec::new()
         };
+        // The type as a pass delivers it (`stop` is ABORT); an unknown one as written.
+        let known = SignalType::parse(&p.type_name);
+        let type_name = known.map_or(p.type_name.clone(), |t| t.as_str().to_string());
         let v = json!({
-            "kind": kind, "id": p.id, "type": p.type_name, "target": target_json(&p.target),
+            "kind": kind, "id": p.id, "type": type_name, "known_type": known.is_some(),
+            "target": target_json(&p.target),
             "buffered_for": p.buffered_for, "path": path_json(&p.path),
             "created_ns": p.instant.to_string(), "age": age(p.instant), "acked_by": acked,
         });
@@ -212,10 +214,13 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
             let mut line = format!(
                 "{:>4}  {:<7} {:<12} {}",
                 age(p.instant),
-                p.type_name,
+                type_name,
                 p.target.to_string(),
                 p.id
             );
+            if known.is_none() {
+                line.push_str("  (unknown type: no agent takes it; it stays in inputs/)");
+            }
             if let Some(a) = &p.buffered_for {
                 line.push_str(&format!("  (buffered for {a})"));
             }
@@ -225,19 +230,51 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
             line
         })?;
     }
+    // What is not deliverable yet, and why: settling (with when it becomes eligible), invalid
+    // (the next pass quarantines it), in flight.
+    for p in mb.problems()? {
+        let path = path_json(&p.path);
+        let (v, line) = match &p.kind {
+            ProblemKind::Settling { until, .. } => {
+                let left = until
+                    .duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO);
+                (
+                    json!({"kind": "settling", "path": path,
+                           "eligible_at": rfc3339(*until), "reason": p.reason()}),
+                    format!(
+                        "  --  {}  (settling: written in place, eligible in {:.1} s if unchanged)",
+                        p.path.display(),
+                        left.as_secs_f64()
+                    ),
+                )
+            }
+            ProblemKind::Invalid { reason } => (
+                json!({"kind": "invalid", "path": path, "reason": reason}),
+                format!(
+                    "  --  {}  (invalid: {reason}; the next pass moves it to rejected/)",
+                    p.path.display()
+                ),
+            ),
+            _ => (
+                json!({"kind": "in_flight", "path": path, "reason": p.reason()}),
+                format!("  --  {}  ({})", p.path.display(), p.reason()),
+            ),
+        };
+        out.emit(&v, || line.clone())?;
+    }
     if all {
-        for p in mb.problems()? {
-            let (path, reason) = (p.path.clone(), p.reason());
-            let v =
-                json!({"kind": "settling_or_invalid", "path": path_json(&path), "reason": reason});
-            out.emit(&v, || format!("  --  {}  ({reason})", path.display()))?;
-        }
         for r in mb.rejected()? {
             let v = json!({"kind": "rejected", "name": r.name, "path": path_json(&r.path), "reason": r.reason});
             out.emit(&v, || format!("  --  rejected  {}  ({})", r.name, r.reason))?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An instant as RFC 3339 in UTC, with milliseconds.
+fn rfc3339(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,194 @@
+//! The drop zone a person sees (spec/mailbox.md §5): a complete file renamed into `inputs/` is
+//! read at once, by a poll (its ctime later than its mtime) and by a blocked `wait` (the
+//! rename's event); a file written in place waits out the settle window after its last write;
+//! a file moved into a buffer does not settle again; `--settle 0` reads files written in place
+//! at once.
+//!
+//! No assertion here is on a duration: every "at once" is checked with a settle window far
+//! longer than the command's own timeout, so a file that had to settle would make the command
+//! come back empty.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
+
+/// A fresh mailbox and a scratch directory beside it to write files in before moving them.
+struct Zone {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    scratch: PathBuf,
+}
+
+impl Zone {
+    fn new() -> Zone {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("signals");
+        let scratch = tmp.path().join("scratch");
+        std::fs::create_dir(&scratch).unwrap();
+        let z = Zone {
+            _tmp: tmp,
+            root,
+            scratch,
+        };
+        z.ok("1s", &["init"]);
+        z
+    }
+
+    fn cmd(&self, settle: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.env("SIGBOX_ROOT", &self.root)
+            .env("SIGBOX_SETTLE", settle)
+            .env_remove("RUST_LOG")
+            .args(args);
+        c
+    }
+
+    fn run(&self, settle: &str, args: &[&str]) -> Output {
+        self.cmd(settle, args).output().unwrap()
+    }
+
+    fn ok(&self, settle: &str, args: &[&str]) -> String {
+        let out = self.run(settle, args);
+        assert!(
+            out.status.success(),
+            "sigbox {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `sigbox --json ARGS` with the settle window `settle`: one JSON value per line.
+    fn json(&self, settle: &str, args: &[&str]) -> Vec<Value> {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        self.ok(settle, &a)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn inputs(&self) -> PathBuf {
+        self.root.join("inputs")
+    }
+
+    /// Writes `body` in the scratch directory, waits `gap`, then renames it into `dir` as `name`.
+    fn drop_by_rename(&self, dir: &Path, name: &str, body: &str, gap: Duration) {
+        let tmp = self.scratch.join(name);
+        std::fs::write(&tmp, body).unwrap();
+        std::thread::sleep(gap);
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+    }
+}
+
+const STEER: &str = "type: STEER\ntarget: Executor\nmessage: whole\n";
+
+/// A complete file written elsewhere and then renamed in (its ctime later than its mtime) is
+/// delivered by the first poll, with an hour's settle window.
+#[test]
+fn a_file_renamed_in_is_delivered_by_the_first_poll() {
+    let z = Zone::new();
+    // Written, then moved in at least one clock tick later: the rename's ctime is later.
+    z.drop_by_rename(&z.inputs(), "note.yaml", STEER, Duration::from_millis(30));
+    let got = z.json("1h", &["poll", "--as", "Executor"]);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["message"], "whole");
+}
+
+/// A blocked `wait` reads a file renamed in at once: the rename's event says it arrived
+/// whole, even when the write and the rename fall within one clock tick (equal timestamps).
+#[test]
+fn a_blocked_wait_takes_a_file_renamed_in_at_once() {
+    let z = Zone::new();
+    let child = z
+        .cmd(
+            "1h",
+            &["--json", "wait", "--as", "Executor", "--timeout", "20s"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while common::inotify_watches(child.id()) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // No gap: the timestamps are most likely equal, and only the event tells.
+    z.drop_by_rename(&z.inputs(), "now.yaml", STEER, Duration::ZERO);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "timed out: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["message"], "whole");
+}
+
+/// A file written in place, in two steps, is not delivered before the window has passed since
+/// its last write; `ls` shows it as settling meanwhile; once settled it is delivered whole.
+#[test]
+fn a_file_written_in_place_waits_for_the_window_after_its_last_write() {
+    let z = Zone::new();
+    let path = z.inputs().join("steps.yaml");
+    std::fs::write(&path, "type: STEER\n").unwrap();
+    assert_eq!(z.ok("600ms", &["poll", "--as", "Orchestrator"]), "");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(b"target: Executor\nmessage: two steps\n")
+        .unwrap();
+    drop(f);
+    std::thread::sleep(Duration::from_millis(400));
+    // 700 ms after the first write, 400 ms after the last: still settling.
+    assert_eq!(z.ok("600ms", &["poll", "--as", "Executor"]), "");
+    let all = z.json("600ms", &["ls", "--all"]);
+    assert!(
+        all.iter().any(|v| v["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("steps.yaml"))),
+        "ls --all shows the settling file: {all:?}"
+    );
+    let got = z.json("600ms", &["wait", "--as", "Executor", "--timeout", "10s"]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["message"], "two steps");
+}
+
+/// `--settle 0` reads a file written in place at once.
+#[test]
+fn no_window_reads_a_file_written_in_place_at_once() {
+    let z = Zone::new();
+    std::fs::write(z.inputs().join("now.yaml"), STEER).unwrap();
+    assert_eq!(z.ok("1h", &["poll", "--as", "Executor"]), "");
+    let got = z.json("0s", &["poll", "--as", "Executor"]);
+    assert_eq!(got.len(), 1, "{got:?}");
+}
+
+/// A file the orchestrator moves into an absent agent's buffer does not settle a second time
+/// there: the move is a rename.
+#[test]
+fn a_buffered_file_does_not_settle_again() {
+    let z = Zone::new();
+    z.drop_by_rename(
+        &z.inputs(),
+        "later.yaml",
+        "type: STEER\ntarget: Planner\nmessage: kept\n",
+        Duration::from_millis(30),
+    );
+    let pass = z.json("1h", &["poll", "--as", "Orchestrator"]);
+    assert!(pass.is_empty(), "{pass:?}");
+    let buffered = z.root.join("buffered/Planner");
+    assert_eq!(std::fs::read_dir(&buffered).unwrap().count(), 1);
+    let got = z.json("1h", &["poll", "--as", "Planner"]);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["message"], "kept");
+}
