@@ -677,13 +677,6 @@ pub(crate) fn read_signal(
     Ok(signal)
 }
 
-/// The fields of a record without the handling block: what two copies of one signal share.
-pub(crate) fn signal_fields(bytes: &[u8], file_name: &str) -> Option<Map<String, Value>> {
-    let mut body = parse_record(bytes, name::format_of(file_name)).ok()?;
-    strip_handling(&mut body.fields);
-    Some(body.fields)
-}
-
 /// How a claim records its handling in the file: the bytes from `at` to the end are replaced
 /// by `tail` (spec/mailbox.md §3.4), so that the record stays one document in its own format
 /// for any reader.

@@ -269,45 +269,55 @@ impl Model {
     /// Writes the tree a crash now may leave at `dest` (which must not exist).
     pub fn durable(&self, dest: &Path) {
         std::fs::create_dir_all(dest).unwrap();
-        self.write_durable(0, dest);
-    }
-
-    fn write_durable(&self, id: usize, path: &Path) {
-        match &self.nodes[id] {
-            Node::Dir { durable, .. } => {
-                for (name, child) in durable {
-                    let p = path.join(name);
-                    match &self.nodes[*child] {
-                        Node::Dir { .. } => {
-                            std::fs::create_dir(&p).unwrap();
-                            self.write_durable(*child, &p);
-                        }
-                        Node::File { durable, .. } => {
-                            std::fs::write(&p, durable.as_deref().unwrap_or_default()).unwrap()
-                        }
-                    }
-                }
-            }
-            Node::File { .. } => unreachable!(),
-        }
+        self.write_tree(0, dest, true, &mut BTreeMap::new());
     }
 
     /// Writes the live tree at `dest`; the model's replay of what really happened.
     pub fn live(&self, dest: &Path) {
         std::fs::create_dir_all(dest).unwrap();
-        self.write_live(0, dest);
+        self.write_tree(0, dest, false, &mut BTreeMap::new());
     }
 
-    fn write_live(&self, id: usize, path: &Path) {
-        if let Node::Dir { live, .. } = &self.nodes[id] {
-            for (name, child) in live {
-                let p = path.join(name);
-                match &self.nodes[*child] {
-                    Node::Dir { .. } => {
-                        std::fs::create_dir(&p).unwrap();
-                        self.write_live(*child, &p);
+    /// Writes directory `id` at `path`, as of its last fsync (`durable`) or as it is. A file
+    /// in two directories (a rename whose destination became durable and whose source's
+    /// removal did not) is one inode with two links, as on a disk after a crash (fsck counts
+    /// the links): `written` holds where each file was written first.
+    fn write_tree(
+        &self,
+        id: usize,
+        path: &Path,
+        durable: bool,
+        written: &mut BTreeMap<usize, PathBuf>,
+    ) {
+        let Node::Dir {
+            live,
+            durable: synced,
+        } = &self.nodes[id]
+        else {
+            unreachable!()
+        };
+        for (name, child) in if durable { synced } else { live } {
+            let p = path.join(name);
+            match &self.nodes[*child] {
+                Node::Dir { .. } => {
+                    std::fs::create_dir(&p).unwrap();
+                    self.write_tree(*child, &p, durable, written);
+                }
+                Node::File {
+                    live,
+                    durable: data,
+                } => {
+                    if let Some(first) = written.get(child) {
+                        std::fs::hard_link(first, &p).unwrap();
+                        continue;
                     }
-                    Node::File { live, .. } => std::fs::write(&p, live).unwrap(),
+                    let bytes = if durable {
+                        data.as_deref().unwrap_or_default()
+                    } else {
+                        live.as_slice()
+                    };
+                    std::fs::write(&p, bytes).unwrap();
+                    written.insert(*child, p);
                 }
             }
         }

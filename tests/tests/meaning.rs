@@ -605,3 +605,171 @@ fn what_sigbox_sends_is_its_name() {
     assert_eq!(pass.delivered[0].id, id);
     assert!(!id.contains('@'));
 }
+
+/// Identity: a claim takes only the file it decided on. When the name is used again between
+/// the scan and the claim's rename (the first file taken by another consumer, a new one
+/// written in place under the same name), the new file is put back, neither delivered as the
+/// old one's routing said nor quarantined half-written; once settled it is routed as what it
+/// is (here a broadcast).
+#[test]
+fn a_name_used_again_under_a_claim_is_put_back() {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Before the claim's rename of `x.json`, takes the file away (as another consumer
+    /// would) and writes the first half of a broadcast under the same name.
+    struct Swap {
+        inputs: std::path::PathBuf,
+        done: AtomicBool,
+        taken: Mutex<Option<std::path::PathBuf>>,
+    }
+    impl sigbox::FsHook for Swap {
+        fn before(&self, op: &sigbox::FsOp<'_>) -> std::io::Result<()> {
+            if let sigbox::FsOp::Rename { from, .. } = op
+                && *from == self.inputs.join("x.json")
+                && !self.done.swap(true, Ordering::SeqCst)
+            {
+                let away = self.inputs.parent().unwrap().join("taken.json");
+                std::fs::rename(from, &away)?;
+                *self.taken.lock().unwrap() = Some(away);
+                std::fs::write(from, br#"{"type":"INFO","target":"ALL","#)?;
+            }
+            Ok(())
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let inputs = tmp.path().join("inputs");
+    let settle = Duration::from_millis(300);
+    let mut o = MailboxOptions::new();
+    o.settle(settle);
+    o.init(tmp.path()).unwrap();
+    let x = inputs.join("x.json");
+    std::fs::write(&x, br#"{"type":"STEER","target":"Executor"}"#).unwrap();
+    std::thread::sleep(settle + Duration::from_millis(50));
+    let hook = std::sync::Arc::new(Swap {
+        inputs: inputs.clone(),
+        done: AtomicBool::new(false),
+        taken: Mutex::new(None),
+    });
+    let mb = o.clone().hook(hook.clone()).open(tmp.path()).unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    mb.ack("Executor").unwrap();
+    assert!(hook.done.load(Ordering::SeqCst), "the race was staged");
+    assert!(pass.delivered.is_empty(), "delivered: {:?}", pass.delivered);
+    assert!(pass.rejected.is_empty(), "quarantined: {:?}", pass.rejected);
+    assert_eq!(
+        std::fs::read(&x).unwrap(),
+        br#"{"type":"INFO","target":"ALL","#,
+        "put back as it was"
+    );
+    // The writer finishes in place; once settled, everyone gets the broadcast.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&x).unwrap();
+    std::io::Write::write_all(&mut f, br#""message":"whole"}"#).unwrap();
+    drop(f);
+    std::thread::sleep(settle + Duration::from_millis(50));
+    let mb = o.open(tmp.path()).unwrap();
+    for a in ["Executor", "Planner"] {
+        let pass = mb.pass(a, None).unwrap();
+        mb.ack(a).unwrap();
+        assert_eq!(pass.delivered.len(), 1, "{a}: {pass:?}");
+        assert_eq!(pass.delivered[0].message.as_deref(), Some("whole"));
+        assert_eq!(pass.delivered[0].target, sigbox::Target::All);
+    }
+    assert!(
+        std::fs::read_dir(tmp.path().join("rejected"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
+}
+
+/// Identity: two dropped files with the same name and the same content, one after the other,
+/// are two signals. Neither is taken for a crash's leftover of the other: both are delivered
+/// (through the buffer of an absent agent, and straight), and both records stay in
+/// `processed/`; a broadcast dropped again archives beside the first, never over it.
+#[test]
+fn the_same_content_dropped_again_is_another_signal() {
+    let (tmp, mb) = mailbox(Duration::ZERO);
+    let inputs = tmp.path().join("inputs");
+    let body = "type: STEER\ntarget: Planner\nmessage: hi\n";
+    let mut ids = Vec::new();
+    for round in 0..2 {
+        std::fs::write(inputs.join("t.yaml"), body).unwrap();
+        // The Planner is absent: the orchestrator buffers it; then the Planner takes it.
+        let pass = mb.pass("Orchestrator", None).unwrap();
+        assert_eq!(pass.buffered.len(), 1, "round {round}: {pass:?}");
+        let pass = mb.pass("Planner", None).unwrap();
+        mb.ack("Planner").unwrap();
+        assert_eq!(pass.delivered.len(), 1, "round {round}: {pass:?}");
+        ids.push(pass.delivered[0].id.clone());
+        // Present this time: straight from inputs/.
+        std::fs::write(inputs.join("t.yaml"), body).unwrap();
+        let _here = mb.presence("Planner").unwrap();
+        assert!(mb.pass("Orchestrator", None).unwrap().buffered.is_empty());
+        let pass = mb.pass("Planner", None).unwrap();
+        mb.ack("Planner").unwrap();
+        assert_eq!(pass.delivered.len(), 1, "round {round}, present: {pass:?}");
+        ids.push(pass.delivered[0].id.clone());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "four signals: {ids:?}");
+    let mut logged: Vec<String> = mb
+        .processed()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.unwrap().id)
+        .collect();
+    logged.sort();
+    assert_eq!(logged, ids);
+
+    // A broadcast, dropped again with the same content once the first is archived.
+    let news = "type: INFO\ntarget: ALL\nmessage: daily\n";
+    for _ in 0..2 {
+        std::fs::write(inputs.join("news.yaml"), news).unwrap();
+        everyone(&mb);
+        mb.pass("Orchestrator", None).unwrap();
+        assert!(!inputs.join("news.yaml").exists(), "archived");
+    }
+    let archived = mb
+        .processed()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.unwrap())
+        .filter(|s| s.message.as_deref() == Some("daily"))
+        .count();
+    assert_eq!(archived, 2, "both records kept");
+}
+
+/// Identity: an upstream ack (`acks/<stem>/<Agent>.ack.yaml`) counts for a dropped broadcast
+/// only when written after the file arrived: not one left for yesterday's file of the same
+/// name (also when today's was drafted before it and moved in after), not one whose mtime a
+/// clock running ahead put in the future.
+#[test]
+fn only_an_upstream_ack_newer_than_the_broadcast_counts() {
+    let (tmp, mb) = mailbox(Duration::ZERO);
+    let acks = tmp.path().join("acks/news");
+    std::fs::create_dir_all(&acks).unwrap();
+    let draft = tmp.path().join("draft.yaml");
+    std::fs::write(&draft, "type: INFO\ntarget: ALL\nmessage: tuesday\n").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    // Yesterday's acks: Planner's plainly older, Reviewer's with a future mtime.
+    std::fs::write(acks.join("Planner.ack.yaml"), "agent: Planner\n").unwrap();
+    let future = std::fs::File::create(acks.join("Reviewer.ack.yaml")).unwrap();
+    future
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(3600))
+        .unwrap();
+    drop(future);
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::rename(&draft, tmp.path().join("inputs/news.yaml")).unwrap();
+    for a in ["Planner", "Reviewer"] {
+        let pass = mb.pass(a, None).unwrap();
+        mb.ack(a).unwrap();
+        assert_eq!(pass.delivered.len(), 1, "{a} gets today's news: {pass:?}");
+    }
+    // Written after the file arrived: counts.
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(acks.join("Questioner.ack.yaml"), "agent: Questioner\n").unwrap();
+    let pass = mb.pass("Questioner", None).unwrap();
+    assert!(pass.delivered.is_empty(), "{pass:?}");
+}

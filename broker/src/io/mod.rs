@@ -15,8 +15,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::{self, Entry, Stamp};
 
 mod read;
-pub(crate) use read::ReadOutcome;
 use read::read_checked;
+pub(crate) use read::{ReadOutcome, is_hard_link_reason};
 
 /// Whether writes wait for the disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -29,6 +29,15 @@ pub(crate) enum ReadOutcome {
     Unreadable(String),
 }
 
+/// How the reason for a file with several links starts ([`ReadOutcome::rejection`]).
+const HARD_LINKS: &str = "file has";
+
+/// True when `reason` is the hard-link rule's ([`ReadOutcome::HardLinked`]): a reason that a
+/// change of the link count since the read (sigbox resolving its own leftover) makes stale.
+pub(crate) fn is_hard_link_reason(reason: &str) -> bool {
+    reason.starts_with(HARD_LINKS) && reason.contains(" hard links: ")
+}
+
 impl ReadOutcome {
     /// Why the file can never be read as a signal, in the one wording every dialect uses;
     /// `None` for content and for a file that is gone.
@@ -40,8 +49,8 @@ impl ReadOutcome {
             }
             ReadOutcome::NotRegular(what) => format!("{what}, not a signal file"),
             ReadOutcome::HardLinked(n) => format!(
-                "file has {n} hard links: it may be a link to a file outside the root, so it is \
-                 not read"
+                "{HARD_LINKS} {n} hard links: it may be a link to a file outside the root, so it \
+                 is not read"
             ),
             ReadOutcome::Unreadable(reason) => reason.clone(),
         })

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use serde_json::json;
 
 use super::layout::Layout;
+use super::links::Resolved;
 use super::report::{Finished, Pass};
 use super::route::Source;
 use super::{Mailbox, identity, lossy};
@@ -53,7 +54,17 @@ impl Mailbox {
             return Ok(None);
         }
         let fname = lossy(name);
-        let reason = match self.io.read_untrusted(&src, self.opts.max_file_size)? {
+        let mut read = self.io.read_untrusted(&src, self.opts.max_file_size)?;
+        if let ReadOutcome::HardLinked(2) = read {
+            match self.resolve_own_link(inputs, name)? {
+                Some(Resolved::Here) => return Ok(None),
+                Some(Resolved::There) => {
+                    read = self.io.read_untrusted(&src, self.opts.max_file_size)?;
+                }
+                None => {}
+            }
+        }
+        let reason = match read {
             ReadOutcome::Gone => return Ok(None),
             ReadOutcome::Bytes(bytes, stamp) => {
                 let parsed = Signal::parse_file_bytes(&bytes, &src);
@@ -148,7 +159,7 @@ impl Mailbox {
 
     /// The agents whose upstream ack, `acks/<stem>/<Agent>.ack.yaml` (upstream's signal id
     /// is the name without its extension), counts for the dropped broadcast with identity
-    /// `id` whose file has `stamp`: an ack written after that file came to be. An ack left by
+    /// `id` whose file has `stamp`: an ack written after that file arrived. An ack left by
     /// an earlier file of the same name is older, so it never counts for a new one; two
     /// pending files with one stem (`news.yaml`, `news.json`) share upstream's acks, which
     /// cannot tell them apart (spec §2.4).
@@ -156,7 +167,11 @@ impl Mailbox {
         let Some((stem, _)) = id.rsplit_once('@') else {
             return Ok(Vec::new()); // sigbox's own: its acks are under its id
         };
-        let since = stamp.birth_ns.unwrap_or(stamp.mtime_clamped_ns());
+        // Since the file came to be where it is: its ctime (a rename into inputs/ sets it;
+        // nothing changes a pending broadcast after). A draft written before older acks and
+        // moved in later is still new. An ack's time is its mtime, no later than its ctime (an
+        // mtime from a clock that runs ahead never makes an old ack new).
+        let since = stamp.ctime_ns;
         let dir = self.layout.ack_dir(stem);
         let mut out = Vec::new();
         for e in self.io.list(&dir, true)? {
@@ -166,7 +181,7 @@ impl Mailbox {
             if self
                 .io
                 .stamp(&dir.join(&e.name))?
-                .is_some_and(|st| st.mtime_ns >= since)
+                .is_some_and(|st| st.mtime_clamped_ns() >= since)
             {
                 out.push(agent.to_string());
             }
@@ -220,7 +235,7 @@ impl Mailbox {
             extra,
             &mut scratch,
             None,
-            None,
+            Default::default(),
         )?;
         Ok(r.is_some())
     }

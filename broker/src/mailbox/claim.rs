@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::inflight::Held;
+use super::links::Resolved;
 use super::report::{Buffered, Pass, Rejection};
+use super::route::Item;
 use super::{Mailbox, identity, lossy};
 use crate::atomic::{self, Claimed};
 use crate::body::{self, Handled};
@@ -151,6 +153,14 @@ pub(super) struct PreRead {
     file: Option<File>,
 }
 
+/// What a claim took: what it read before the move, and the file (inode, mtime) it decided
+/// to claim; nothing for an archive, which reads what it moved.
+#[derive(Default)]
+pub(super) struct Taken {
+    pre: Option<PreRead>,
+    expected: Option<(u64, i128)>,
+}
+
 /// What annotating a claimed file found in it.
 enum Recorded {
     /// A valid signal, annotated.
@@ -159,6 +169,8 @@ enum Recorded {
     Rejected(Rejection),
     /// Gone, or taken by another process before it could be quarantined.
     Gone,
+    /// Not the file the claim was decided on (its name was used again meanwhile).
+    Stale,
 }
 
 impl Mailbox {
@@ -239,25 +251,37 @@ impl Mailbox {
         Ok(stuck)
     }
 
-    /// Claims `dir/name` for delivery to `agent` into the handle's `slot`, in `batch`
-    /// (durable at its commit). `None` when another consumer won, or when the file turned out
-    /// invalid (then it is quarantined and recorded in `pass`).
+    /// Claims the scanned `item` in `dir` for delivery to `agent` into the handle's `slot`, in
+    /// `batch` (durable at its commit). `None` when another consumer won, or when the file
+    /// turned out invalid (then it is quarantined and recorded in `pass`), or was not the file
+    /// scanned any more (then it is put back).
     pub(super) fn claim(
         &self,
         slot: &Path,
         dir: &Path,
-        name: &OsStr,
+        item: &Item,
         agent: &str,
         pass: &mut Pass,
         batch: &mut Batch,
     ) -> Result<Option<Delivery>> {
+        let (name, seen) = (item.name.as_os_str(), item.seen);
         let extra = Handled::Delivered.fields(agent);
         debug_assert!(batch.dest.as_deref().is_none_or(|d| d == slot));
         let Some(pre) = self.read_canonical(dir, name, pass)? else {
             return Ok(None);
         };
+        // The file the decision to claim was made on: the one read just now (a canonical
+        // name), or the one the scan settled and routed (a dropped name).
+        let expected = match &pre {
+            Some(PreRead {
+                read: ReadOutcome::Bytes(_, st),
+                ..
+            }) => Some((st.ino, st.mtime_ns)),
+            _ => seen,
+        };
         batch.dest = Some(slot.to_path_buf());
-        self.claim_into(slot, dir, name, agent, extra, pass, Some(batch), pre)
+        let taken = Taken { pre, expected };
+        self.claim_into(slot, dir, name, agent, extra, pass, Some(batch), taken)
     }
 
     /// Reads a file under a canonical name before it is claimed or moved: only a file sigbox
@@ -278,7 +302,16 @@ impl Mailbox {
             return Ok(Some(None));
         }
         let path = dir.join(name);
-        let (read, file) = self.io.read_claimed(&path, self.opts.max_file_size)?;
+        let (mut read, mut file) = self.io.read_claimed(&path, self.opts.max_file_size)?;
+        if let ReadOutcome::HardLinked(2) = read {
+            match self.resolve_own_link(dir, name)? {
+                Some(Resolved::Here) => return Ok(None),
+                Some(Resolved::There) => {
+                    (read, file) = self.io.read_claimed(&path, self.opts.max_file_size)?;
+                }
+                None => {}
+            }
+        }
         match &read {
             ReadOutcome::Gone => return Ok(None),
             ReadOutcome::Bytes(bytes, stamp) => {
@@ -315,10 +348,11 @@ impl Mailbox {
         extra: Map<String, Value>,
         pass: &mut Pass,
         mut batch: Option<&mut Batch>,
-        pre: Option<PreRead>,
+        taken: Taken,
     ) -> Result<Option<Delivery>> {
         let src = dir.join(name);
-        let pre = std::cell::Cell::new(pre);
+        let expected = taken.expected;
+        let pre = std::cell::Cell::new(taken.pre);
         let found = atomic::with_fresh_names(dest_dir, name, |attempt, dest| {
             let (claimed, pending) = match batch.as_deref_mut() {
                 Some(b) => {
@@ -327,7 +361,8 @@ impl Mailbox {
                     for d in [dest_dir, self.layout.inputs.as_path(), dir] {
                         b.open_dir(&self.io, d)?;
                     }
-                    let annotate = || self.annotate(&dest, name, &extra, agent, pre.take());
+                    let annotate =
+                        || self.annotate(&dest, name, &extra, agent, pre.take(), expected);
                     let claimed = atomic::claim_unsynced(&self.io, &src, &dest, annotate)?;
                     if let Claimed::Won(_) = claimed {
                         b.claims += 1;
@@ -347,7 +382,8 @@ impl Mailbox {
                     (claimed, Some(dir.to_path_buf()))
                 }
                 None => {
-                    let annotate = || self.annotate(&dest, name, &extra, agent, pre.take());
+                    let annotate =
+                        || self.annotate(&dest, name, &extra, agent, pre.take(), expected);
                     (atomic::claim(&self.io, &src, &dest, annotate)?, None)
                 }
             };
@@ -387,6 +423,10 @@ impl Mailbox {
                     None
                 }
                 Recorded::Gone => None,
+                Recorded::Stale => {
+                    self.put_back(&dest, dir, name)?;
+                    None
+                }
             }))
         })?;
         found.ok_or_else(|| {
@@ -437,7 +477,7 @@ impl Mailbox {
                 Err(e) => return Err(e),
             }
         }
-        let recorded = self.annotate(dest, name, extra, agent, None)?;
+        let recorded = self.annotate(dest, name, extra, agent, None, None)?;
         self.io.sync_dir(&self.layout.processed)?;
         self.io.sync_dir(dir)?;
         Ok(Some(recorded))
@@ -461,18 +501,23 @@ impl Mailbox {
             .map(|sig| (identity::identity(&fname, &sig.fields, &stamp), stamp)))
     }
 
-    /// True when `a` and `b` hold the same signal (ignoring archive metadata).
+    /// True when `a` and `b` are one signal: two links to one file (a move a crash
+    /// interrupted: the destination's entry became durable, the source's removal did not), or
+    /// two files with one identity (§2.4), which only a file sigbox wrote can have (its name
+    /// says which signal it is, whatever handling block either copy carries). Two dropped
+    /// files with the same name and content are two signals: never one taken for the other.
     pub(super) fn same_signal(&self, a: &Path, b: &Path) -> Result<bool> {
-        let read = |p: &Path| -> Result<Option<Map<String, Value>>> {
-            let ReadOutcome::Bytes(bytes, _) =
-                self.io.read_untrusted(p, self.opts.max_file_size)?
-            else {
-                return Ok(None);
-            };
-            let fname = p.file_name().unwrap_or_default().to_string_lossy();
-            Ok(body::signal_fields(&bytes, &fname))
+        match (self.io.stamp(a)?, self.io.stamp(b)?) {
+            (Some(x), Some(y)) if (x.dev, x.ino) == (y.dev, y.ino) => return Ok(true),
+            (Some(_), Some(_)) => {}
+            _ => return Ok(false),
+        }
+        let id = |p: &Path| -> Result<Option<String>> {
+            Ok(self
+                .identify(p, p.file_name().unwrap_or_default())?
+                .map(|(id, _)| id))
         };
-        Ok(match (read(a)?, read(b)?) {
+        Ok(match (id(a)?, id(b)?) {
             (Some(x), Some(y)) => x == y,
             _ => false,
         })
@@ -489,12 +534,20 @@ impl Mailbox {
         extra: &Map<String, Value>,
         agent: &str,
         pre: Option<PreRead>,
+        expected: Option<(u64, i128)>,
     ) -> Result<Recorded> {
-        // One read-write descriptor reads the file and then appends the record; a file that
-        // cannot be opened for writing is read without one (and left unannotated below). What
-        // was read before the move serves when the file moved is the one read.
+        // The move took the file the claim was decided on, or another one put under its
+        // name since (a name used again): that one was neither settled nor routed by this pass.
+        if let Some(exp) = expected
+            && self.io.stamp(dest)?.map(|st| (st.ino, st.mtime_ns)) != Some(exp)
+        {
+            return Ok(Recorded::Stale);
+        }
+        // One read-write descriptor reads the file and then records in it; a file that cannot
+        // be opened for writing is read without one (and left unannotated below). What was
+        // read before the move serves, the move having taken that very file.
         let (mut read, mut file) = match pre {
-            Some(p) if self.is_same_file(&p, dest)? => (p.read, p.file),
+            Some(p) if expected.is_some() => (p.read, p.file),
             _ => self.io.read_claimed(dest, self.opts.max_file_size)?,
         };
         if let ReadOutcome::HardLinked(2) = read
@@ -549,13 +602,25 @@ impl Mailbox {
         })
     }
 
-    /// True when the file now at `path` is the one `pre` read (the move took the file that
-    /// was read, not one put in its place meanwhile).
-    fn is_same_file(&self, pre: &PreRead, path: &Path) -> Result<bool> {
-        let ReadOutcome::Bytes(_, read) = &pre.read else {
-            return Ok(false);
-        };
-        Ok(self.io.stamp(path)?.is_some_and(|now| now.ino == read.ino))
+    /// Puts back a file a claim took by mistake (not the one it decided on): to where it was,
+    /// or, when that name is taken again, beside it under a fresh `.dup-` name; durably. The
+    /// next pass sees it as it is.
+    fn put_back(&self, claimed: &Path, dir: &Path, name: &OsStr) -> Result<()> {
+        let back = atomic::with_fresh_names(dir, name, |_, dest| {
+            Ok(match self.io.rename_noreplace(claimed, &dest)? {
+                crate::io::Renamed::Done | crate::io::Renamed::SourceGone => Some(()),
+                crate::io::Renamed::DestExists => None,
+            })
+        })?;
+        if back.is_none() {
+            tracing::warn!(file = %claimed.display(), "cannot put back a file claimed in a race; it stays in flight");
+        }
+        self.io.sync_dir(dir)?;
+        if let Some(slot) = claimed.parent() {
+            self.io.sync_dir(slot)?;
+        }
+        tracing::debug!(file = %claimed.display(), "put back a file used again under a name being claimed");
+        Ok(())
     }
 
     /// A claimed file with two links whose other link is `processed/<name>`: a claim straight

@@ -84,7 +84,7 @@ fn is_plain_name(file: &str) -> bool {
 impl Mailbox {
     /// `agent`'s slots, `claimed/<agent>/<n>/`, by number: directories with decimal names
     /// (anything else there, a symlink among them, is ignored).
-    fn slots(&self, agent: &str) -> Result<Vec<(u32, PathBuf)>> {
+    pub(super) fn slots(&self, agent: &str) -> Result<Vec<(u32, PathBuf)>> {
         let base = self.layout.claim_dir(agent);
         let mut out: Vec<(u32, PathBuf)> = self
             .io

@@ -69,21 +69,28 @@ impl Mailbox {
     /// that lost its data, or written by hand) is reported here instead of looking pending,
     /// and one sigbox did not write settles like a dropped file (spec §2.4).
     pub fn problems(&self) -> Result<Vec<Problem>> {
-        let inputs = &self.layout.inputs;
-        let scan = self.scan(inputs, Source::Inputs, &|_| true, SystemTime::now())?;
-        let invalid = scan.rejects.into_iter().map(|r| Problem {
-            path: inputs.join(r.name),
-            kind: ProblemKind::Invalid { reason: r.reason },
-        });
         let window = self.opts.settle;
-        let settling = scan.settling.into_iter().map(|s| Problem {
-            path: inputs.join(s.name),
-            kind: ProblemKind::Settling {
-                until: s.until,
-                window,
-            },
-        });
-        let mut out: Vec<Problem> = invalid.chain(settling).collect();
+        let mut out: Vec<Problem> = Vec::new();
+        let mut dirs = vec![(self.layout.inputs.clone(), Source::Inputs)];
+        dirs.extend(
+            self.buffers()?
+                .into_iter()
+                .map(|(_, d)| (d, Source::Buffer)),
+        );
+        for (dir, source) in dirs {
+            let scan = self.scan(&dir, source, &|_| true, SystemTime::now())?;
+            out.extend(scan.rejects.into_iter().map(|r| Problem {
+                path: dir.join(r.name),
+                kind: ProblemKind::Invalid { reason: r.reason },
+            }));
+            out.extend(scan.settling.into_iter().map(|s| Problem {
+                path: dir.join(s.name),
+                kind: ProblemKind::Settling {
+                    until: s.until,
+                    window,
+                },
+            }));
+        }
         for (dir, items, _) in self.pending_items()? {
             for it in items {
                 let path = dir.join(&it.name);

@@ -22,6 +22,7 @@ mod identity;
 mod inflight;
 mod inspect;
 mod layout;
+mod links;
 mod options;
 mod pass;
 mod presence;

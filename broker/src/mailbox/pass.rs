@@ -342,7 +342,7 @@ impl Mailbox {
                 // Claims join the batch: durable when it commits.
                 Action::Claim => {
                     let slot = self.own_slot(agent, run.flight)?;
-                    self.claim(&slot, dir, &item.name, agent, run.pass, run.batch)?
+                    self.claim(&slot, dir, item, agent, run.pass, run.batch)?
                 }
                 Action::Ack => {
                     if run.who.is_orch {

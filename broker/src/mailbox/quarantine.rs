@@ -24,7 +24,19 @@ impl Mailbox {
         reason: &str,
         agent: &str,
     ) -> Result<Option<Rejection>> {
+        // A second link a crash left is sigbox's own, not a reason to quarantine (§9.6): once
+        // resolved, the file is gone from here or read again by the next pass.
+        if self.resolve_own_link(dir, name)?.is_some() {
+            return Ok(None);
+        }
         let src = dir.join(name);
+        // Refused for its links, which are one now (the other was resolved since the read):
+        // the next pass reads it again.
+        if crate::io::is_hard_link_reason(reason)
+            && self.io.stamp(&src)?.is_some_and(|st| st.nlink == 1)
+        {
+            return Ok(None);
+        }
         let found = atomic::with_fresh_names(&self.layout.rejected, name, |_, dest| {
             let write_reason = || {
                 let body = json!({

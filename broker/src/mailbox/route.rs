@@ -26,6 +26,10 @@ pub(super) struct Item {
     /// The type, when it is one sigbox knows.
     pub(super) signal_type: Option<SignalType>,
     pub(super) target: Target,
+    /// For a dropped file: the inode and mtime the scan read it with. A claim takes the file
+    /// only if it is still that one (a name used again meanwhile is another file, which the
+    /// scan did not settle or route).
+    pub(super) seen: Option<(u64, i128)>,
 }
 
 /// Who runs a pass, and what that allows.
@@ -108,6 +112,7 @@ mod tests {
 
     fn item(source: Source, type_name: &str, target: Target) -> Item {
         Item {
+            seen: None,
             name: "f.json".into(),
             source,
             instant: 0,

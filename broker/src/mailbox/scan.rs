@@ -150,6 +150,7 @@ impl Mailbox {
                 }
             };
             let item = Item {
+                seen: None,
                 instant: canon.instant,
                 type_name: canon.type_name.to_string(),
                 signal_type: canon.signal_type(),
@@ -309,6 +310,7 @@ impl Mailbox {
             Ok(Peek { body_instant, body }) => match body.target {
                 Err(reason) => scan.reject(name, at.source, reason),
                 Ok(target) => scan.items.push(Item {
+                    seen: Some((stamp.ino, stamp.mtime_ns)),
                     instant: name_instant
                         .or(body_instant)
                         .unwrap_or(stamp.mtime_clamped_ns()),

@@ -196,7 +196,7 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
         } else {
             "pending"
         };
-        let acked: Vec<String> = if all && p.target == Target::All {
+        let acked: Vec<String> = if p.target == Target::All {
             mb.acked_by(&p.id).unwrap_or_default()
         } else {
             Vec::new()

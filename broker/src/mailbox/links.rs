@@ -1,0 +1,141 @@
+//! Two links to one signal file that sigbox itself left (spec/mailbox.md §9.6): a crash, where
+//! a rename's new entry became durable and the removal of its old one did not (ext4 without a
+//! journal writes directory blocks independently; its `fsck` then counts two links). The
+//! hard-link rule (§3.3) quarantines a file with more than one link, since the other may be
+//! outside the root; a second link that is sigbox's own, under the file's own name in the
+//! place the file was moving to or from, is resolved instead.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use super::{Mailbox, lossy};
+use crate::atomic;
+use crate::error::Result;
+use crate::name;
+use crate::sys::EntryKind;
+
+/// How a second link sigbox left was resolved.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Resolved {
+    /// The link at the place asked about was the leftover (the move had reached its
+    /// destination): it is gone, durably.
+    Here,
+    /// The other link was the leftover (a send's staging name, or a claim slot's link to a
+    /// file still at its source): it is gone, durably, and the file is read again as usual.
+    There,
+}
+
+impl Mailbox {
+    /// When `dir/name` has two links and the other is sigbox's own leftover, removes the
+    /// leftover durably and says which; `None` when the other link is not found where sigbox
+    /// puts files (then it may lead anywhere, and the file is quarantined).
+    ///
+    /// The moves, and so the leftovers, by place of the file asked about:
+    /// - `inputs/`: a send's staging name `.<pid>.<unique tail>.send.tmp` beside it (the
+    ///   staging link goes); `buffered/<agent>/<name>` (the orchestrator's move): the move was
+    ///   made, the `inputs/` link goes; a claim slot's `<name>`: the claim was never handed
+    ///   over (its hand-over waits for the fsync of `inputs/`), the `inputs/` link goes and the
+    ///   slot's owner delivers it again, marked;
+    /// - a buffer: a slot of its agent: the buffer's link goes;
+    /// - either, with `processed/<name>`: the `processed/` link goes (below).
+    pub(super) fn resolve_own_link(&self, dir: &Path, name: &OsStr) -> Result<Option<Resolved>> {
+        let here = dir.join(name);
+        let Some(st) = self.io.stamp(&here)? else {
+            return Ok(None);
+        };
+        if st.nlink != 2 || st.kind != EntryKind::File {
+            return Ok(None);
+        }
+        let same = |p: &Path| -> Result<bool> {
+            Ok(self
+                .io
+                .stamp(p)?
+                .is_some_and(|o| (o.dev, o.ino) == (st.dev, st.ino)))
+        };
+        if dir == self.layout.inputs {
+            for stage in self.staging_twins(name)? {
+                if same(&stage)? {
+                    self.drop_link(&stage)?;
+                    return Ok(Some(Resolved::There));
+                }
+            }
+        }
+        // In processed/: an archive, or (an earlier version's) claim straight into processed/,
+        // interrupted. Which, the link count does not say; dropping the processed/ link
+        // decides safely: a targeted signal is claimed again, a broadcast finds every ack it
+        // had (acks go by identity, which the file keeps) and is archived again.
+        let record = self.layout.processed.join(name);
+        if dir != self.layout.processed && same(&record)? {
+            self.drop_link(&record)?;
+            return Ok(Some(Resolved::There));
+        }
+        let mut later: Vec<PathBuf> = Vec::new();
+        let agents: Vec<String> = if dir == self.layout.inputs {
+            self.io
+                .list(&self.layout.buffered, true)?
+                .into_iter()
+                .chain(self.io.list(&self.layout.claimed, true)?)
+                .filter(|e| e.kind == EntryKind::Dir)
+                .filter_map(|e| e.name.into_string().ok())
+                .collect()
+        } else {
+            // A buffer's agent: its directory's name.
+            dir.file_name().map(lossy).into_iter().collect()
+        };
+        for agent in &agents {
+            if dir == self.layout.inputs {
+                later.push(self.layout.buffer_dir(agent).join(name));
+            }
+            for (_, slot) in self.slots(agent)? {
+                later.push(slot.join(name));
+            }
+        }
+        for other in &later {
+            if *other != here && same(other)? {
+                self.drop_link(&here)?;
+                return Ok(Some(Resolved::Here));
+            }
+        }
+        eprintln!(
+            "DEBUG no twin for {} among {later:?}; tree: {:?}",
+            here.display(),
+            std::process::Command::new("find")
+                .arg(&self.layout.root)
+                .arg("-printf")
+                .arg("%p %i %n\n")
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        );
+        Ok(None)
+    }
+
+    /// The staging names in `inputs/` a send of the canonical `name` used: `.<pid>.<the last 16
+    /// hex of its unique part>.send.tmp`, any pid.
+    fn staging_twins(&self, name: &OsStr) -> Result<Vec<PathBuf>> {
+        let Some(c) = name.to_str().and_then(name::parse_canonical) else {
+            return Ok(Vec::new());
+        };
+        let tail = format!(".{}.send.tmp", &c.unique[16..]);
+        Ok(self
+            .io
+            .list(&self.layout.inputs, false)?
+            .into_iter()
+            .filter(|e| {
+                atomic::is_stage_name(&e.name)
+                    && e.name.to_str().is_some_and(|n| n.ends_with(&tail))
+            })
+            .map(|e| self.layout.inputs.join(e.name))
+            .collect())
+    }
+
+    /// Removes a leftover link and makes its removal durable.
+    fn drop_link(&self, path: &Path) -> Result<()> {
+        if self.io.remove(path)?
+            && let Some(dir) = path.parent()
+        {
+            self.io.sync_dir(dir)?;
+        }
+        tracing::info!(file = %path.display(), "removed a second link a crash left");
+        Ok(())
+    }
+}
