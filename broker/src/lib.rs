@@ -113,6 +113,31 @@ pub mod fuzzing {
         })
     }
 
+    /// The identity (spec/mailbox.md §2.4) of a file named `file_name` whose body's `id` is
+    /// `body_id`, with inode `ino` and birth time `birth_ns`.
+    pub fn identity(
+        file_name: &str,
+        body_id: Option<&str>,
+        ino: u64,
+        birth_ns: Option<i128>,
+    ) -> String {
+        let mut fields = serde_json::Map::new();
+        if let Some(id) = body_id {
+            fields.insert("id".into(), id.into());
+        }
+        let stamp = crate::sys::Stamp {
+            dev: 0,
+            ino,
+            size: 0,
+            nlink: 1,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            birth_ns,
+            kind: crate::sys::EntryKind::File,
+        };
+        crate::mailbox::identity(file_name, &fields, &stamp)
+    }
+
     /// `bytes` as one strict document of the format `file_name` says (no duplicate key,
     /// nothing after it): its fields, or why not.
     pub fn one_document(

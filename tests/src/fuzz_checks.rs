@@ -87,6 +87,22 @@ pub fn names(data: &[u8]) {
     };
     let _ = sigbox::name::classify(std::ffi::OsStr::new(s));
     let _ = sigbox::name::parse_ralph_instant(s);
+    // An identity is always a usable name for its ack directory (`acks/<id>/<Agent>.ack.yaml`
+    // within the 255-byte limit, one path component), and only a file sigbox wrote (its
+    // body's `id` its name) goes by its stem alone.
+    if s.len() <= 255 && !s.contains('/') && !s.contains('\0') {
+        let stem = sigbox::name::signal_id(s);
+        for (body_id, birth) in [(None, None), (Some(stem), Some(7)), (Some("x"), Some(-1))] {
+            let id = sigbox::fuzzing::identity(s, body_id, 42, birth);
+            assert!(
+                !id.is_empty() && !id.contains('/') && id != "." && id != "..",
+                "{id:?}"
+            );
+            assert!(id.len() <= 255 - ".ack.yaml".len(), "{} bytes", id.len());
+            let trusted = sigbox::name::parse_canonical(s).is_some() && body_id == Some(stem);
+            assert_eq!(id == stem, trusted, "{s:?} as {id:?}");
+        }
+    }
     if let Some(c) = sigbox::name::parse_canonical(s) {
         assert!(sigbox::name::canonical_target(s).is_some());
         let secs = c.instant.div_euclid(1_000_000_000) as i64;

@@ -54,6 +54,7 @@ use crate::io::Io;
 use crate::name;
 use crate::signal::{NewSignal, Target};
 use crate::sys::EntryKind;
+pub(crate) use identity::identity;
 use layout::REQUIRED;
 use scan::ScanCache;
 
