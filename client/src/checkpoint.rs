@@ -33,6 +33,23 @@ pub struct Checkpoint {
     /// again, the buffer made since), the watch is taken again, and the presence with it.
     watched: Option<Watched>,
     interrupted: Option<sigbox::Error>,
+    /// What the passes since the last [`Checkpoint::take_notes`] did besides delivering.
+    notes: Notes,
+}
+
+/// What checkpoint passes did besides delivering: what a person at the terminal would want
+/// to know when nothing (or less than expected) came ([`Checkpoint::take_notes`]).
+#[non_exhaustive]
+#[derive(Clone, Debug, Default)]
+pub struct Notes {
+    /// Signals the orchestrator moved into an absent agent's buffer.
+    pub buffered: Vec<sigbox::Buffered>,
+    /// Broadcasts archived because the quorum had acked them.
+    pub archived: Vec<String>,
+    /// Files quarantined into `rejected/`.
+    pub rejected: Vec<sigbox::Rejection>,
+    /// When the next dropped file still settling becomes eligible (after the last pass).
+    pub next_check: Option<std::time::SystemTime>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -70,6 +87,7 @@ impl Checkpoint {
             waiter: Waiter::new(),
             watched: None,
             interrupted: None,
+            notes: Notes::default(),
         })
     }
 
@@ -141,7 +159,17 @@ impl Checkpoint {
             self.mailbox
                 .pass_with(&self.agent, self.state.as_deref(), control, hand_over)?;
         self.interrupted = pass.interrupted.take();
+        self.notes.buffered.extend(pass.buffered.iter().cloned());
+        self.notes.archived.extend(pass.archived.iter().cloned());
+        self.notes.rejected.extend(pass.rejected.iter().cloned());
+        self.notes.next_check = pass.next_check;
         Ok(pass)
+    }
+
+    /// What the passes since the last call did besides delivering: what they buffered,
+    /// archived and quarantined, and when a file still settling becomes eligible.
+    pub fn take_notes(&mut self) -> Notes {
+        std::mem::take(&mut self.notes)
     }
 
     /// The error that interrupted the last pass after it had delivered signals, if any.

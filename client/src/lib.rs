@@ -56,7 +56,7 @@
 mod checkpoint;
 mod watch;
 
-pub use checkpoint::{Checkpoint, WaitMode};
+pub use checkpoint::{Checkpoint, Notes, WaitMode};
 pub use watch::{DirWatch, Waiter, deadline_after};
 
 pub use sigbox;

@@ -192,3 +192,73 @@ fn a_buffered_file_does_not_settle_again() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["message"], "kept");
 }
+
+/// Nothing a pass does is invisible: with `-v` (and always on a terminal), `poll` says on
+/// stderr what it buffered for whom, what it quarantined and why, and when a file still
+/// settling becomes eligible; under `--json`, as JSON objects.
+#[test]
+fn poll_says_what_it_did_besides_delivering() {
+    let z = Zone::new();
+    z.ok("1s", &["send", "steer", "later", "--target", "Planner"]);
+    std::fs::write(z.inputs().join("half.yaml"), "type: STEER\n").unwrap();
+    z.drop_by_rename(&z.inputs(), "bad.json", "nope", Duration::from_millis(30));
+    let out = z.run("1h", &["-v", "poll", "--as", "Orchestrator"]);
+    assert!(out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    for want in [
+        "buffered signal.",
+        "for Planner, who is absent",
+        "quarantined bad.json into rejected/: invalid JSON",
+        "still settling: eligible in",
+    ] {
+        assert!(err.contains(want), "{want:?} in {err}");
+    }
+    std::fs::write(z.inputs().join("bad2.json"), "nope").unwrap();
+    let out = z.run("0s", &["--json", "-v", "poll", "--as", "Orchestrator"]);
+    let events: Vec<Value> = String::from_utf8(out.stderr)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "rejected" && e["name"] == "bad2.json"),
+        "{events:?}"
+    );
+    // Without -v and not on a terminal: stderr stays quiet.
+    let out = z.run("1h", &["poll", "--as", "Orchestrator"]);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Text from senders never reaches a terminal raw: control characters in a message are
+/// escaped in human output (and kept as they are in JSON).
+#[test]
+fn control_characters_from_senders_are_escaped() {
+    let z = Zone::new();
+    z.ok(
+        "1s",
+        &[
+            "send",
+            "steer",
+            "a\u{1b}[2Jb\rc\u{7}",
+            "--target",
+            "Executor",
+        ],
+    );
+    let human = z.ok("1s", &["poll", "--as", "Executor"]);
+    assert!(
+        !human.chars().any(|c| c.is_control() && c != '\n'),
+        "{human:?}"
+    );
+    assert!(human.contains(r"a\u{1b}[2Jb\rc\u{7}"), "{human:?}");
+    assert_eq!(human.lines().count(), 1);
+    let z = Zone::new();
+    z.ok("1s", &["send", "steer", "a\u{1b}b", "--target", "Executor"]);
+    let got = z.json("1s", &["poll", "--as", "Executor"]);
+    assert_eq!(got[0]["message"], "a\u{1b}b");
+}

@@ -24,7 +24,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let line = format!("{err:#}").replace('\n', " ");
-            let _ = writeln!(io::stderr(), "sigbox: {line}");
+            let _ = writeln!(io::stderr(), "sigbox: {}", output::escape(&line));
             ExitCode::from(2)
         }
     }
@@ -35,6 +35,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     cmd::set_settle(cli.settle);
+    cmd::set_verbose(cli.verbose > 0);
     // `tap` writes the child's output from its own threads: it must not run while this thread
     // holds the stdout lock that `Out` keeps.
     if let Command::Tap { name, to, command } = &cli.command {

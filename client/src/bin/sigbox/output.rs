@@ -23,14 +23,20 @@ impl Out {
         self.json
     }
 
-    /// Writes `value` as one JSON line (in JSON mode) or `human` (otherwise).
+    /// Writes `value` as one JSON line (in JSON mode) or `human` (otherwise), its control
+    /// characters escaped ([`escape`]).
     pub(crate) fn emit(&mut self, value: &Value, human: impl FnOnce() -> String) -> io::Result<()> {
         if self.json {
             serde_json::to_writer(&mut self.stdout, value)?;
             writeln!(self.stdout)
         } else {
-            writeln!(self.stdout, "{}", human())
+            writeln!(self.stdout, "{}", escape(&human()))
         }
+    }
+
+    /// True with `--json`.
+    pub(crate) fn is_json(&self) -> bool {
+        self.json
     }
 
     /// Writes `bytes` as they are.
@@ -38,13 +44,33 @@ impl Out {
         self.stdout.write_all(bytes)
     }
 
+    /// Writes a human line, its control characters escaped ([`escape`]).
     pub(crate) fn line(&mut self, s: &str) -> io::Result<()> {
-        writeln!(self.stdout, "{s}")
+        writeln!(self.stdout, "{}", escape(s))
     }
 
     pub(crate) fn flush(&mut self) -> io::Result<()> {
         self.stdout.flush()
     }
+}
+
+/// `s` with every control character but a tab escaped (`\n`, `\r`, `\u{1b}`): text from
+/// senders (a message, a file name, a reason quoting either) never moves the cursor, clears
+/// the screen or rings the bell of a person's terminal, and one record stays one line.
+pub(crate) fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c.is_control() && c != '\t') {
+        return s.into();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() && c != '\t' {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
 }
 
 /// A path as JSON: a string, with any bytes that are not UTF-8 replaced (U+FFFD), so that a

@@ -1,6 +1,6 @@
 //! The mailbox commands: init, send, poll, wait, ls, log, finish, gc, doctor.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::{flag, low_level};
 
 use crate::cli::{AgentArgs, SendArgs, WaitArgs};
-use crate::output::{Out, age, path_json, signal_human, signal_json, target_json};
+use crate::output::{Out, age, escape, path_json, signal_human, signal_json, target_json};
 
 pub(crate) fn init(root: &Path, shared: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mb = super::options().shared(shared).init(root)?;
@@ -92,10 +92,64 @@ pub(crate) fn poll(root: &Path, args: &AgentArgs, out: &mut Out) -> anyhow::Resu
     let control = interrupts.control(args.max);
     cp.poll_with(&control, &mut |group| print_signals(out, group))?;
     interrupts.finish(out)?;
+    tell(&cp.take_notes(), out.is_json());
     if let Some(e) = cp.take_error() {
         return Err(e.into());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says on stderr what the passes did besides delivering (with `-v`, or when stderr is a
+/// terminal): what was buffered for whom, archived, quarantined and why, and when a file
+/// still settling becomes eligible. One line each; a JSON object each under `--json`.
+fn tell(notes: &sigbox_client::Notes, json: bool) {
+    if !super::telling() {
+        return;
+    }
+    let mut lines: Vec<(serde_json::Value, String)> = Vec::new();
+    for b in &notes.buffered {
+        lines.push((
+            json!({"event": "buffered", "id": b.id, "agent": b.agent}),
+            format!(
+                "buffered {} for {}, who is absent: its next checkpoint gets it",
+                b.id, b.agent
+            ),
+        ));
+    }
+    for id in &notes.archived {
+        lines.push((
+            json!({"event": "archived", "id": id}),
+            format!("archived broadcast {id}: every quorum agent has acked it"),
+        ));
+    }
+    for r in &notes.rejected {
+        lines.push((
+            json!({"event": "rejected", "name": r.name, "path": path_json(&r.path), "reason": r.reason}),
+            format!("quarantined {} into rejected/: {}", r.name, r.reason),
+        ));
+    }
+    if let Some(at) = notes.next_check {
+        let left = at
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        lines.push((
+            json!({"event": "settling", "eligible_at": rfc3339(at)}),
+            format!(
+                "a file written in place is still settling: eligible in {:.1} s if unchanged \
+                 (`sigbox ls` lists it)",
+                left.as_secs_f64()
+            ),
+        ));
+    }
+    let mut err = std::io::stderr().lock();
+    for (v, line) in lines {
+        let text = if json {
+            v.to_string()
+        } else {
+            format!("sigbox: {}", escape(&line))
+        };
+        let _ = writeln!(err, "{text}");
+    }
 }
 
 fn checkpoint(root: &Path, args: &AgentArgs) -> anyhow::Result<Checkpoint> {
@@ -123,6 +177,7 @@ pub(crate) fn wait(root: &Path, args: WaitArgs, out: &mut Out) -> anyhow::Result
         print_signals(out, group)
     })?;
     interrupts.finish(out)?;
+    tell(&cp.take_notes(), out.is_json());
     if let Some(e) = cp.take_error() {
         return Err(e.into());
     }

@@ -15,6 +15,21 @@ use std::time::Duration;
 /// The mailbox options every command opens a mailbox with, set once from the command line.
 static OPTIONS: OnceLock<sigbox::MailboxOptions> = OnceLock::new();
 
+/// `-v` given at least once: commands say on stderr what they did besides their output.
+static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records `-v`.
+pub(crate) fn set_verbose(verbose: bool) {
+    VERBOSE.store(verbose, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// True when a command should say on stderr what it skipped and why: with `-v`, and always
+/// when stderr is a terminal (a person is watching).
+pub(crate) fn telling() -> bool {
+    VERBOSE.load(std::sync::atomic::Ordering::Relaxed)
+        || std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
 /// Sets the settle window (`--settle`, `SIGBOX_SETTLE`) for every mailbox the command opens.
 pub(crate) fn set_settle(settle: Duration) {
     let mut opts = sigbox::MailboxOptions::new();
