@@ -87,8 +87,8 @@ pub fn names(data: &[u8]) {
     };
     let _ = sigbox::name::classify(std::ffi::OsStr::new(s));
     let _ = sigbox::name::parse_ralph_instant(s);
-    // An identity is always a usable name for its ack directory (`acks/<id>/<Agent>.ack.yaml`
-    // within the 255-byte limit, one path component), and only a file sigbox wrote (its
+    // An identity is always a usable name for its ack directory (`acks/<id>/`: one path
+    // component within the 255-byte limit), and only a file sigbox wrote (its
     // body's `id` its name) goes by its stem alone.
     if s.len() <= 255 && !s.contains('/') && !s.contains('\0') {
         let stem = sigbox::name::signal_id(s);
@@ -98,7 +98,7 @@ pub fn names(data: &[u8]) {
                 !id.is_empty() && !id.contains('/') && id != "." && id != "..",
                 "{id:?}"
             );
-            assert!(id.len() <= 255 - ".ack.yaml".len(), "{} bytes", id.len());
+            assert!(id.len() <= 255, "{} bytes", id.len());
             let trusted = sigbox::name::parse_canonical(s).is_some() && body_id == Some(stem);
             assert_eq!(id == stem, trusted, "{s:?} as {id:?}");
         }
