@@ -143,6 +143,19 @@ pub fn signal_file(root: &Path, arg: &Path, status: MuxStatus) -> Result<PathBuf
             "empty or hidden stage name",
         ));
     }
+    // A stage name is one line of every reader's output (`verify.py` prints `<name>: <error>`):
+    // a newline or another control character would forge lines there.
+    if let Some(c) = stem.chars().find(|c| c.is_control()) {
+        return Err(Error::new(
+            ErrorKind::InvalidName,
+            Some(arg),
+            format!(
+                "the stage name holds a control character (U+{:04X}): name stages with printable \
+                 characters",
+                c as u32
+            ),
+        ));
+    }
     let parent = resolved.parent().unwrap_or(root);
     let dir = if parent.file_name().is_some_and(|n| n == ".signals") {
         parent.to_path_buf()

@@ -637,6 +637,26 @@ fn mux_paths_stay_inside_the_project_root() {
     let out = run_in(root, &["mux", "check", "/etc", "--expected", "1"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(!Path::new("/tmp/a.done").exists());
+    // Stage names no reader can print as one line: refused, nothing written.
+    let signals = root.join("tmp/mux/s/.signals");
+    for (p, needle) in [
+        ("tmp/mux/s/.signals/a\nb", "control character (U+000A)"),
+        (
+            "tmp/mux/s/.signals/a\u{1b}[2J",
+            "control character (U+001B)",
+        ),
+        ("tmp/mux/s/.signals/", "empty or hidden stage name"),
+        ("tmp/mux/s/.signals/.done", "empty or hidden stage name"),
+    ] {
+        let out = run_in(root, &["mux", "signal", p, "--status", "success"]);
+        assert_eq!(out.status.code(), Some(2), "{p:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{p:?}: {err}");
+        assert!(
+            std::fs::read_dir(&signals).map_or(true, |mut d| d.next().is_none()),
+            "{p:?} wrote something"
+        );
+    }
 }
 
 /// Signal files exactly as upstream's signal.py writes them.
