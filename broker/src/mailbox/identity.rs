@@ -51,8 +51,12 @@ pub(crate) fn identity(file_name: &str, fields: &Map<String, Value>, stamp: &Sta
     format!("{}@{:016x}", atomic::cut(stem, STEM_MAX), fnv1a(&key))
 }
 
-/// `file_name` without the `.dup-<12 hex>` a no-clobber move inserted before its extension.
+/// `file_name` without the `.dup-<12 hex>` a no-clobber move inserted before its extension. A
+/// valid canonical name is kept as it is (an agent may be called `dup-0123456789ab`).
 fn original_name(file_name: &str) -> std::borrow::Cow<'_, str> {
+    if name::parse_canonical(file_name).is_some() {
+        return file_name.into();
+    }
     let (stem, ext) = match file_name.rsplit_once('.') {
         Some((stem, ext)) if !stem.is_empty() => (stem, Some(ext)),
         _ => (file_name, None),
@@ -158,6 +162,10 @@ mod tests {
         );
         // Not a move's insertion: kept.
         assert!(identity("news.dup-xyz.yaml", &f, &st).starts_with("news.dup-xyz@"));
+        // A canonical name whose target looks like one: the name it is.
+        let odd = CANON.replace(".Executor.json", ".dup-0123456789ab.json");
+        let stem = name::signal_id(&odd);
+        assert_eq!(identity(&odd, &fields(Some(stem)), &st), stem);
     }
 
     #[test]
