@@ -19,6 +19,9 @@ pub(crate) struct Body {
     pub(crate) target: std::result::Result<Target, String>,
     pub(crate) created_at: Option<DateTime<FixedOffset>>,
     pub(crate) fields: Map<String, Value>,
+    /// For a JSON record read whole: the offset just past its first value (the object whose
+    /// closing brace a claim's handling fields replace, [`annotation`]).
+    pub(crate) end: Option<usize>,
 }
 
 /// Parses a body as `format`. The error is the reason, without the path.
@@ -199,6 +202,7 @@ fn body_of(value: Value) -> std::result::Result<Body, String> {
         target,
         created_at,
         fields,
+        end: None,
     })
 }
 
@@ -212,10 +216,15 @@ pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<
     match format {
         Format::Json => {
             // The first document is the signal (parsed once); the rest are handling blocks.
+            let whole = bytes;
             let bytes = strip_bom(bytes);
             let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Strict>();
             let mut body = match stream.next() {
-                Some(Ok(Strict(head))) => body_of(head)?,
+                Some(Ok(Strict(head))) => {
+                    let mut b = body_of(head)?;
+                    b.end = Some(whole.len() - bytes.len() + stream.byte_offset());
+                    b
+                }
                 Some(Err(e)) => {
                     // Torn while its handling fields were written: the signal is what came
                     // before them.
@@ -654,8 +663,19 @@ pub(crate) fn read_signal(
     file_name: &str,
     path: &Path,
 ) -> std::result::Result<Signal, String> {
+    read_signal_end(bytes, file_name, path).map(|(s, _)| s)
+}
+
+/// [`read_signal`], with where a JSON record's first value ends when it was read whole (the
+/// hint [`annotation`] takes instead of parsing the record again).
+pub(crate) fn read_signal_end(
+    bytes: &[u8],
+    file_name: &str,
+    path: &Path,
+) -> std::result::Result<(Signal, Option<usize>), String> {
     let format = name::format_of(file_name);
     let mut body = parse_record(bytes, format)?;
+    let end = body.end;
     strip_handling(&mut body.fields);
     let signal = Signal::from_body(body, name::signal_id(file_name), path)
         .map_err(|e| e.reason().to_string())?;
@@ -674,7 +694,7 @@ pub(crate) fn read_signal(
             ));
         }
     }
-    Ok(signal)
+    Ok((signal, end))
 }
 
 /// How a claim records its handling in the file: the bytes from `at` to the end are replaced
@@ -702,7 +722,8 @@ impl Annotation {
 pub(crate) const JSON_HANDLING_MARKER: &[u8] = b",\"handling_metadata\":";
 
 /// The annotation that records `extra` (the handling fields, `handling_metadata` first) in
-/// `original`, the file's bytes as read.
+/// `original`, the file's bytes as read; `end`, where its first JSON value ends, when the read
+/// knows ([`read_signal_end`]).
 ///
 /// - A mapping in braces (every JSON signal; a YAML flow mapping): the fields go inside it,
 ///   before its closing brace, as `,"handling_metadata":{...}}`; the record is one JSON (or
@@ -718,12 +739,16 @@ pub(crate) fn annotation(
     original: &[u8],
     format: Format,
     extra: &Map<String, Value>,
+    end: Option<usize>,
 ) -> Annotation {
     let braced = match format {
         Format::Json => true,
         Format::Yaml => strip_bom(original).trim_ascii_start().starts_with(b"{"),
     };
-    if braced && let Some(close) = closing_brace(original) {
+    // Where the first value ends, when the read that came before says so (a whole JSON
+    // record): no second parse.
+    let known = end.filter(|&e| e > 0 && original.get(e - 1) == Some(&b'}'));
+    if braced && let Some(close) = known.map(|e| e - 1).or_else(|| closing_brace(original)) {
         let at = earlier_block(original, close).unwrap_or(close);
         let opened = original[..at]
             .iter()
@@ -913,7 +938,14 @@ mod record_tests {
             .iter()
             .enumerate()
             {
-                let a = annotation(&record, format, &h.fields("Executor"));
+                // With the hint a claim's read gives, and without it: the same annotation.
+                let hint = parse_record(&record, format).ok().and_then(|b| b.end);
+                let a = annotation(&record, format, &h.fields("Executor"), hint);
+                assert_eq!(
+                    a.at,
+                    annotation(&record, format, &h.fields("Executor"), None).at,
+                    "{name} {i}"
+                );
                 record = apply(&record, &a);
                 let doc = one_document(name, &record);
                 assert_eq!(
@@ -947,6 +979,7 @@ mod record_tests {
             old.as_bytes(),
             Format::Json,
             &Handled::Redelivered(1).fields("Planner"),
+            None,
         );
         let record = apply(old.as_bytes(), &a);
         let doc = one_document(JSON, &record);
@@ -968,12 +1001,14 @@ mod record_tests {
                 original.as_bytes(),
                 format,
                 &Handled::Delivered.fields("Executor"),
+                None,
             );
             let claimed = apply(original.as_bytes(), &first);
             let again = annotation(
                 &claimed,
                 format,
                 &Handled::Redelivered(1).fields("Executor"),
+                None,
             );
             let redelivered = apply(&claimed, &again);
             for (before, a, after) in [
@@ -1012,6 +1047,7 @@ mod record_tests {
             body.as_bytes(),
             Format::Json,
             &Handled::Delivered.fields("Executor"),
+            None,
         );
         assert_eq!(a.at as usize, body.rfind('}').unwrap());
         let record = apply(body.as_bytes(), &a);

@@ -97,7 +97,8 @@ pub mod fuzzing {
             } else {
                 Handled::Redelivered(n)
             };
-            let a = body::annotation(&record, format, &h.fields("Executor"));
+            let hint = body::parse_record(&record, format).ok().and_then(|b| b.end);
+            let a = body::annotation(&record, format, &h.fields("Executor"), hint);
             at = a.at as usize;
             record.truncate(at);
             record.extend_from_slice(&a.tail);

@@ -94,8 +94,9 @@ impl FsHook for Recorder {
             FsOp::Rename { from, to, .. } => Op::Rename(from.into(), to.into()),
             FsOp::SyncDir(p) => Op::SyncDir(p.into()),
             FsOp::Remove(p) => Op::Remove(p.into()),
-            // Modes are not part of the crash model: they do not decide what survives.
-            FsOp::SetMode(..) => return,
+            // Modes and times are not part of the crash model: they do not decide what
+            // survives.
+            FsOp::SetMode(..) | FsOp::Touch(..) => return,
             // Presence lock files do not survive a crash by design: not part of the model.
             FsOp::OpenLock(..) => return,
             ref other => panic!("the crash model does not know {other:?}"),

@@ -662,6 +662,15 @@ fn a_name_used_again_under_a_claim_is_put_back() {
         br#"{"type":"INFO","target":"ALL","#,
         "put back as it was"
     );
+    // Put back, it does not look renamed in whole to anyone (its ctime changed): another
+    // handle's pass leaves it settling too.
+    let other = o.open(tmp.path()).unwrap();
+    let pass = other.pass("Planner", None).unwrap();
+    assert!(
+        pass.delivered.is_empty() && pass.rejected.is_empty(),
+        "{pass:?}"
+    );
+    assert!(pass.next_check.is_some());
     // The writer finishes in place; once settled, everyone gets the broadcast.
     let mut f = std::fs::OpenOptions::new().append(true).open(&x).unwrap();
     std::io::Write::write_all(&mut f, br#""message":"whole"}"#).unwrap();

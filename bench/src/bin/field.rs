@@ -210,6 +210,28 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some("--rss-probe") {
         return rss_probe(&std::env::args().nth(2).unwrap());
     }
+    // `field --claims DIR`: the send and claim rows alone (seconds instead of minutes), to set
+    // two builds side by side in one period.
+    if std::env::args().nth(1).as_deref() == Some("--claims") {
+        let parent = std::env::args().nth(2).unwrap_or_else(|| ".".into());
+        let tmp = tempfile::Builder::new()
+            .prefix("sigbox-field-")
+            .tempdir_in(&parent)
+            .unwrap();
+        let mut rows = Vec::new();
+        for durable in [false, true] {
+            send_and_claim(tmp.path(), durable, None, &mut rows);
+        }
+        println!(
+            "| operation | floor | sigbox | peers | sigbox / floor | sigbox / best peer | note |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for r in &rows {
+            r.print();
+        }
+        println!("filesystem: {parent}");
+        return;
+    }
     let (parent, tmp) = sigbox_bench::workdir("sigbox-field-");
     let bin = sigbox_bin();
     let mut rows = Vec::new();

@@ -44,6 +44,9 @@ pub enum FsOp<'a> {
     /// (`pwrite` at `at`, then `ftruncate` to `at + data.len()` when the file was longer): how
     /// a claim records its handling inside the record (spec/mailbox.md §3.4).
     ReplaceTail(&'a Path, u64, &'a [u8]),
+    /// Sets the mtime of the file at `path` to now (`futimens`): a file sigbox put back where
+    /// it was reads as written now, so it settles again (spec/mailbox.md §2.4).
+    Touch(&'a Path),
     /// `fsync` of the file at `path`.
     SyncFile(&'a Path),
     /// `rename(from, to)`; with `noreplace`, fails if `to` exists.
@@ -778,6 +781,15 @@ impl Io {
             Ok(())
         })
         .map_err(|e| Error::io(path, "cannot record the handling in", e))
+    }
+
+    /// Sets the mtime of `file` (at `path`) to now, so that it reads as written now.
+    pub(crate) fn touch(&self, file: &File, path: &Path) -> Result<()> {
+        self.check_poison(path)?;
+        self.effect(FsOp::Touch(path), || {
+            file.set_modified(std::time::SystemTime::now())
+        })
+        .map_err(|e| Error::io(path, "cannot set the modification time of", e))
     }
 
     /// `lstat`, as a [`Stamp`]; `None` when the file is gone.

@@ -146,21 +146,6 @@ impl Batch {
     }
 }
 
-/// A file read before it was moved ([`Mailbox::read_canonical`]), with the read-write
-/// descriptor that appends its handling record.
-pub(super) struct PreRead {
-    read: ReadOutcome,
-    file: Option<File>,
-}
-
-/// What a claim took: what it read before the move, and the file (inode, mtime) it decided
-/// to claim; nothing for an archive, which reads what it moved.
-#[derive(Default)]
-pub(super) struct Taken {
-    pre: Option<PreRead>,
-    expected: Option<(u64, i128)>,
-}
-
 /// What annotating a claimed file found in it.
 enum Recorded {
     /// A valid signal, annotated.
@@ -169,8 +154,12 @@ enum Recorded {
     Rejected(Rejection),
     /// Gone, or taken by another process before it could be quarantined.
     Gone,
-    /// Not the file the claim was decided on (its name was used again meanwhile).
-    Stale,
+    /// Not the file the claim was decided on (its name was used again meanwhile), with the
+    /// descriptor it was read through.
+    Stale(Option<File>),
+    /// A canonical-looking file sigbox did not write, changed within the settle window: put
+    /// back, to be looked at again then.
+    Unsettled(std::time::SystemTime),
 }
 
 impl Mailbox {
@@ -264,75 +253,54 @@ impl Mailbox {
         pass: &mut Pass,
         batch: &mut Batch,
     ) -> Result<Option<Delivery>> {
-        let (name, seen) = (item.name.as_os_str(), item.seen);
+        let name = item.name.as_os_str();
         let extra = Handled::Delivered.fields(agent);
         debug_assert!(batch.dest.as_deref().is_none_or(|d| d == slot));
-        let Some(pre) = self.read_canonical(dir, name, pass)? else {
-            return Ok(None);
-        };
-        // The file the decision to claim was made on: the one read just now (a canonical
-        // name), or the one the scan settled and routed (a dropped name).
-        let expected = match &pre {
-            Some(PreRead {
-                read: ReadOutcome::Bytes(_, st),
-                ..
-            }) => Some((st.ino, st.mtime_ns)),
-            _ => seen,
-        };
         batch.dest = Some(slot.to_path_buf());
-        let taken = Taken { pre, expected };
-        self.claim_into(slot, dir, name, agent, extra, pass, Some(batch), taken)
+        // A dropped file: the claim takes it only if it is the file the scan settled and
+        // routed. A canonical name routes by itself; what it holds is checked once moved.
+        self.claim_into(slot, dir, name, agent, extra, pass, Some(batch), item.seen)
     }
 
-    /// Reads a file under a canonical name before it is claimed or moved: only a file sigbox
-    /// wrote is complete at once ([`identity::trusted`]); any other settles like a dropped
-    /// file (spec §2.4, §5), so a canonical-looking file written in place, in steps, is
-    /// neither claimed nor quarantined half-written. `None` when the file must be left (gone,
-    /// or still settling: then `pass.next_check` says when to look again); otherwise what
-    /// was read, for the claim to use when the file it moves is this one (`Some(None)` for a
-    /// dropped name, which its scan read and settled).
-    pub(super) fn read_canonical(
-        &self,
-        dir: &Path,
-        name: &OsStr,
-        pass: &mut Pass,
-    ) -> Result<Option<Option<PreRead>>> {
+    /// Reads a file under a canonical name before the orchestrator moves it into a buffer:
+    /// only a file sigbox wrote is complete at once ([`identity::trusted`]); any other
+    /// settles like a dropped file (spec §2.4, §5). False when the file must be left (gone,
+    /// or still settling: then `pass.next_check` says when to look again).
+    pub(super) fn may_move(&self, dir: &Path, name: &OsStr, pass: &mut Pass) -> Result<bool> {
         let fname = lossy(name);
         if name::parse_canonical(&fname).is_none() {
-            return Ok(Some(None));
+            return Ok(true); // a dropped name: its scan settled it
         }
         let path = dir.join(name);
-        let (mut read, mut file) = self.io.read_claimed(&path, self.opts.max_file_size)?;
+        let mut read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
         if let ReadOutcome::HardLinked(2) = read {
             match self.resolve_own_link(dir, name)? {
-                Some(Resolved::Here) => return Ok(None),
+                Some(Resolved::Here) => return Ok(false),
                 Some(Resolved::There) => {
-                    (read, file) = self.io.read_claimed(&path, self.opts.max_file_size)?;
+                    read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
                 }
                 None => {}
             }
         }
         match &read {
-            ReadOutcome::Gone => return Ok(None),
+            ReadOutcome::Gone => Ok(false),
             ReadOutcome::Bytes(bytes, stamp) => {
-                let fields = body::read_signal(bytes, &fname, &path)
-                    .ok()
-                    .map(|s| s.fields);
+                let parsed = body::read_signal(bytes, &fname, &path);
+                let fields = parsed.as_ref().ok().map(|s| &s.fields);
                 let now = std::time::SystemTime::now();
-                if let Some(until) = identity::untrusted_settling(
-                    &fname,
-                    fields.as_ref(),
-                    stamp,
-                    self.opts.settle,
-                    now,
-                ) {
-                    pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
-                    return Ok(None);
-                }
+                Ok(
+                    match identity::untrusted_settling(&fname, fields, stamp, self.opts.settle, now)
+                    {
+                        Some(until) => {
+                            pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+                            false
+                        }
+                        None => true,
+                    },
+                )
             }
-            _ => {}
+            _ => Ok(true),
         }
-        Ok(Some(Some(PreRead { read, file })))
     }
 
     /// The claim: rename into `dest_dir` (a slot, or `processed/` for an archive) without
@@ -348,11 +316,9 @@ impl Mailbox {
         extra: Map<String, Value>,
         pass: &mut Pass,
         mut batch: Option<&mut Batch>,
-        taken: Taken,
+        expected: Option<(u64, i128)>,
     ) -> Result<Option<Delivery>> {
         let src = dir.join(name);
-        let expected = taken.expected;
-        let pre = std::cell::Cell::new(taken.pre);
         let found = atomic::with_fresh_names(dest_dir, name, |attempt, dest| {
             let (claimed, pending) = match batch.as_deref_mut() {
                 Some(b) => {
@@ -361,8 +327,7 @@ impl Mailbox {
                     for d in [dest_dir, self.layout.inputs.as_path(), dir] {
                         b.open_dir(&self.io, d)?;
                     }
-                    let annotate =
-                        || self.annotate(&dest, name, &extra, agent, pre.take(), expected);
+                    let annotate = || self.annotate(&dest, name, &extra, agent, expected);
                     let claimed = atomic::claim_unsynced(&self.io, &src, &dest, annotate)?;
                     if let Claimed::Won(_) = claimed {
                         b.claims += 1;
@@ -382,8 +347,7 @@ impl Mailbox {
                     (claimed, Some(dir.to_path_buf()))
                 }
                 None => {
-                    let annotate =
-                        || self.annotate(&dest, name, &extra, agent, pre.take(), expected);
+                    let annotate = || self.annotate(&dest, name, &extra, agent, expected);
                     (atomic::claim(&self.io, &src, &dest, annotate)?, None)
                 }
             };
@@ -423,8 +387,20 @@ impl Mailbox {
                     None
                 }
                 Recorded::Gone => None,
-                Recorded::Stale => {
+                Recorded::Stale(file) => {
                     self.put_back(&dest, dir, name)?;
+                    // The move back changed its ctime, which would make it look renamed in
+                    // whole: it reads as written now instead, and settles.
+                    if let Some(f) = file
+                        && let Err(e) = self.io.touch(&f, &src)
+                    {
+                        tracing::warn!(error = %e, "a file put back may be read before it settles");
+                    }
+                    None
+                }
+                Recorded::Unsettled(until) => {
+                    self.put_back(&dest, dir, name)?;
+                    pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
                     None
                 }
             }))
@@ -477,7 +453,7 @@ impl Mailbox {
                 Err(e) => return Err(e),
             }
         }
-        let recorded = self.annotate(dest, name, extra, agent, None, None)?;
+        let recorded = self.annotate(dest, name, extra, agent, None)?;
         self.io.sync_dir(&self.layout.processed)?;
         self.io.sync_dir(dir)?;
         Ok(Some(recorded))
@@ -533,23 +509,11 @@ impl Mailbox {
         name: &OsStr,
         extra: &Map<String, Value>,
         agent: &str,
-        pre: Option<PreRead>,
         expected: Option<(u64, i128)>,
     ) -> Result<Recorded> {
-        // The move took the file the claim was decided on, or another one put under its
-        // name since (a name used again): that one was neither settled nor routed by this pass.
-        if let Some(exp) = expected
-            && self.io.stamp(dest)?.map(|st| (st.ino, st.mtime_ns)) != Some(exp)
-        {
-            return Ok(Recorded::Stale);
-        }
         // One read-write descriptor reads the file and then records in it; a file that cannot
-        // be opened for writing is read without one (and left unannotated below). What was
-        // read before the move serves, the move having taken that very file.
-        let (mut read, mut file) = match pre {
-            Some(p) if expected.is_some() => (p.read, p.file),
-            _ => self.io.read_claimed(dest, self.opts.max_file_size)?,
-        };
+        // be opened for writing is read without one (and left unannotated below).
+        let (mut read, mut file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
         if let ReadOutcome::HardLinked(2) = read
             && self.drop_processed_twin(dest, name)?
         {
@@ -558,17 +522,33 @@ impl Mailbox {
         let reason = match read {
             ReadOutcome::Gone => return Ok(Recorded::Gone),
             ReadOutcome::Bytes(bytes, stamp) => {
+                // The move took the file the claim was decided on, or another one put under
+                // its name since (a name used again), which this pass neither settled nor
+                // routed: it goes back.
+                if expected.is_some_and(|exp| exp != (stamp.ino, stamp.mtime_ns)) {
+                    return Ok(Recorded::Stale(file));
+                }
                 let fname = lossy(name);
                 let format = name::format_of(&fname);
                 // A record, not a bare body: after a crash the source may share the inode of an
                 // interrupted claim whose handling block was already appended.
-                match body::read_signal(&bytes, &fname, dest) {
-                    Ok(mut sig) => {
+                let parsed = body::read_signal_end(&bytes, &fname, dest);
+                // A canonical-looking name sigbox did not write settles like a dropped file
+                // written in place (spec §2.4).
+                let fields = parsed.as_ref().ok().map(|(s, _)| &s.fields);
+                let now = std::time::SystemTime::now();
+                if let Some(until) =
+                    identity::untrusted_settling(&fname, fields, &stamp, self.opts.settle, now)
+                {
+                    return Ok(Recorded::Unsettled(until));
+                }
+                match parsed {
+                    Ok((mut sig, end)) => {
                         sig.id = identity::identity(&fname, &sig.fields, &stamp);
                         // Appended in place, as upstream does: a claim allocates and frees no
                         // inode (on ext4, creating files right after frees is slow, and that
                         // would slow producers too).
-                        let a = body::annotation(&bytes, format, extra);
+                        let a = body::annotation(&bytes, format, extra, end);
                         let appended = match file {
                             Some(f) => self.io.replace_tail(&f, dest, a.span(&bytes), &a.tail),
                             None => self.io.replace_tail_unsynced(dest, a.span(&bytes), &a.tail),
@@ -646,11 +626,8 @@ impl Mailbox {
 
     /// Moves a signal for absent agent `agent` into `buffered/<agent>/` (spec §9.3).
     pub(super) fn buffer(&self, name: &OsStr, agent: &str, pass: &mut Pass) -> Result<()> {
-        // A canonical-looking file sigbox did not write settles first, as for a claim.
-        if self
-            .read_canonical(&self.layout.inputs, name, pass)?
-            .is_none()
-        {
+        // A canonical-looking file sigbox did not write settles first.
+        if !self.may_move(&self.layout.inputs, name, pass)? {
             return Ok(());
         }
         let dir = self.layout.buffer_dir(agent);

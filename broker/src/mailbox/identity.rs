@@ -74,8 +74,10 @@ fn original_name(file_name: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// When a file under a canonical name that sigbox did not write (its body unreadable, or its
-/// `id` not the name's) becomes eligible: such a file settles like a dropped one (§5), since
-/// it may be written in place, in steps. `None` when it may be read now.
+/// `id` not the name's) becomes eligible: such a file settles like a dropped one written in
+/// place (§5), since it may be written in steps: from its last write (its mtime, no later
+/// than its ctime), with no exemption for a later ctime, which a claim that put it back
+/// changed. `None` when it may be read now.
 pub(crate) fn untrusted_settling(
     file_name: &str,
     fields: Option<&Map<String, Value>>,
@@ -86,7 +88,11 @@ pub(crate) fn untrusted_settling(
     if name::parse_canonical(file_name).is_none() || fields.is_some_and(|f| trusted(file_name, f)) {
         return None;
     }
-    clock::settling_file(stamp, settle, now)
+    let written = Stamp {
+        ctime_ns: stamp.mtime_clamped_ns(),
+        ..*stamp
+    };
+    clock::settling(&written, settle, now)
 }
 
 #[cfg(test)]

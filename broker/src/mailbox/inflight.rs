@@ -246,26 +246,28 @@ impl Mailbox {
         let fname = lossy(&o.name);
         let reason = match read {
             ReadOutcome::Gone => return Ok(None),
-            ReadOutcome::Bytes(bytes, stamp) => match body::read_signal(&bytes, &fname, &path) {
-                Ok(mut sig) => {
-                    sig.id = identity::identity(&fname, &sig.fields, &stamp);
-                    let count = body::redeliveries(&bytes, &fname).saturating_add(1);
-                    let extra = Handled::Redelivered(count).fields(agent);
-                    let a = body::annotation(&bytes, name::format_of(&fname), &extra);
-                    match file {
-                        Some(f) => {
-                            self.io.replace_tail(&f, &path, a.span(&bytes), &a.tail)?;
-                            self.io.sync_data(&f, &path)?;
+            ReadOutcome::Bytes(bytes, stamp) => {
+                match body::read_signal_end(&bytes, &fname, &path) {
+                    Ok((mut sig, end)) => {
+                        sig.id = identity::identity(&fname, &sig.fields, &stamp);
+                        let count = body::redeliveries(&bytes, &fname).saturating_add(1);
+                        let extra = Handled::Redelivered(count).fields(agent);
+                        let a = body::annotation(&bytes, name::format_of(&fname), &extra, end);
+                        match file {
+                            Some(f) => {
+                                self.io.replace_tail(&f, &path, a.span(&bytes), &a.tail)?;
+                                self.io.sync_data(&f, &path)?;
+                            }
+                            None => {
+                                tracing::warn!(file = %path.display(), "cannot record the redelivery count in the file (not writable)")
+                            }
                         }
-                        None => {
-                            tracing::warn!(file = %path.display(), "cannot record the redelivery count in the file (not writable)")
-                        }
+                        sig.fields.extend(extra);
+                        return Ok(Some(Delivery::redelivered(sig, Held::Claim(path))));
                     }
-                    sig.fields.extend(extra);
-                    return Ok(Some(Delivery::redelivered(sig, Held::Claim(path))));
+                    Err(reason) => reason,
                 }
-                Err(reason) => reason,
-            },
+            }
             other => other.rejection().unwrap_or_default(),
         };
         self.quarantine_into(pass, &o.dir, &o.name, &reason, agent)?;
