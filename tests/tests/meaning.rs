@@ -583,12 +583,7 @@ fn a_canonical_name_written_in_place_settles_like_a_dropped_file() {
             .next()
             .is_none()
     );
-    assert!(
-        std::fs::read_dir(tmp.path().join("rejected"))
-            .unwrap()
-            .next()
-            .is_none()
-    );
+    assert!(sigbox_tests::rejected(tmp.path()).is_empty());
 }
 
 /// Identity: what sigbox sends is trusted at once (no settle window) and identified by its
@@ -684,12 +679,7 @@ fn a_name_used_again_under_a_claim_is_put_back() {
         assert_eq!(pass.delivered[0].message.as_deref(), Some("whole"));
         assert_eq!(pass.delivered[0].target, sigbox::Target::All);
     }
-    assert!(
-        std::fs::read_dir(tmp.path().join("rejected"))
-            .unwrap()
-            .next()
-            .is_none()
-    );
+    assert!(sigbox_tests::rejected(tmp.path()).is_empty());
 }
 
 /// Identity: two dropped files with the same name and the same content, one after the other,

@@ -9,7 +9,6 @@ use std::time::SystemTime;
 use serde_json::json;
 
 use super::layout::Layout;
-use super::links::Resolved;
 use super::report::{Finished, Pass};
 use super::route::Source;
 use super::{Mailbox, identity, lossy};
@@ -54,16 +53,9 @@ impl Mailbox {
             return Ok(None);
         }
         let fname = lossy(name);
-        let mut read = self.io.read_untrusted(&src, self.opts.max_file_size)?;
-        if let ReadOutcome::HardLinked(2) = read {
-            match self.resolve_own_link(inputs, name)? {
-                Some(Resolved::Here) => return Ok(None),
-                Some(Resolved::There) => {
-                    read = self.io.read_untrusted(&src, self.opts.max_file_size)?;
-                }
-                None => {}
-            }
-        }
+        let Some(read) = self.read_resolving(inputs, name)? else {
+            return Ok(None);
+        };
         let reason = match read {
             ReadOutcome::Gone => return Ok(None),
             ReadOutcome::Bytes(bytes, stamp) => {

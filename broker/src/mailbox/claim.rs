@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::inflight::Held;
-use super::links::Resolved;
 use super::report::{Buffered, Pass, Rejection};
 use super::route::Item;
 use super::{Mailbox, identity, lossy};
@@ -272,16 +271,9 @@ impl Mailbox {
             return Ok(true); // a dropped name: its scan settled it
         }
         let path = dir.join(name);
-        let mut read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
-        if let ReadOutcome::HardLinked(2) = read {
-            match self.resolve_own_link(dir, name)? {
-                Some(Resolved::Here) => return Ok(false),
-                Some(Resolved::There) => {
-                    read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
-                }
-                None => {}
-            }
-        }
+        let Some(read) = self.read_resolving(dir, name)? else {
+            return Ok(false);
+        };
         match &read {
             ReadOutcome::Gone => Ok(false),
             ReadOutcome::Bytes(bytes, stamp) => {

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use super::{Mailbox, lossy};
 use crate::atomic;
 use crate::error::Result;
+use crate::io::ReadOutcome;
 use crate::name;
 use crate::sys::EntryKind;
 
@@ -107,6 +108,26 @@ impl Mailbox {
                 .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
         );
         Ok(None)
+    }
+
+    /// Reads `dir/name` as an untrusted file; when it has two links and the other is sigbox's
+    /// own leftover, resolves that first (and reads again when the file stays here). `None`
+    /// when the link here was the leftover: the file is elsewhere now.
+    pub(super) fn read_resolving(&self, dir: &Path, name: &OsStr) -> Result<Option<ReadOutcome>> {
+        let path = dir.join(name);
+        let read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
+        if let ReadOutcome::HardLinked(2) = read {
+            match self.resolve_own_link(dir, name)? {
+                Some(Resolved::Here) => return Ok(None),
+                Some(Resolved::There) => {
+                    return Ok(Some(
+                        self.io.read_untrusted(&path, self.opts.max_file_size)?,
+                    ));
+                }
+                None => {}
+            }
+        }
+        Ok(Some(read))
     }
 
     /// The staging names in `inputs/` a send of the canonical `name` used: `.<pid>.<the last 16
