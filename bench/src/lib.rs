@@ -124,15 +124,33 @@ pub fn floor_names(k: usize) -> (String, String) {
     )
 }
 
-/// A canonical file for the Executor, staged in `tmp/`, ready to be renamed into `inputs/`.
-fn stage(root: &Path, k: usize) -> (PathBuf, PathBuf) {
-    let (_, name) = floor_names(k);
+/// What a latency round renames into `inputs/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staged {
+    /// A file as `sigbox send` writes it: a canonical name, its body's `id` the name.
+    Sent,
+    /// A file a person or an upstream writer drops: a YAML file under a name of its own,
+    /// written elsewhere and renamed in (spec/mailbox.md §5: read at once).
+    Dropped,
+}
+
+/// A file for the Executor, staged in `tmp/`, ready to be renamed into `inputs/`.
+fn stage(root: &Path, k: usize, what: Staged) -> (PathBuf, PathBuf) {
+    let (_, canonical) = floor_names(k);
+    let (name, body) = match what {
+        Staged::Sent => {
+            let id = canonical.trim_end_matches(".json");
+            let body =
+                format!(r#"{{"id":"{id}","type":"INFO","target":"Executor","message":"ping"}}"#);
+            (canonical.clone(), body)
+        }
+        Staged::Dropped => (
+            format!("note-{k:08}.yaml"),
+            "type: INFO\ntarget: Executor\nmessage: ping\n".to_string(),
+        ),
+    };
     let tmp = root.join("tmp").join(&name);
-    fs::write(
-        &tmp,
-        br#"{"type":"INFO","target":"Executor","message":"ping"}"#,
-    )
-    .unwrap();
+    fs::write(&tmp, body).unwrap();
     (tmp, root.join("inputs").join(name))
 }
 
@@ -144,6 +162,7 @@ pub fn wait_latency(
     root: &Path,
     durability: Durability,
     rounds: usize,
+    what: Staged,
 ) -> (Stats, Stats) {
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let (done_tx, done_rx) = mpsc::channel::<Instant>();
@@ -186,14 +205,14 @@ pub fn wait_latency(
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     for i in 0..rounds + 20 {
         let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (from, to) = stage(&bare_root, k);
+        let (from, to) = stage(&bare_root, k, what);
         while ev_rx.try_recv().is_ok() {}
         let t0 = Instant::now();
         fs::rename(&from, &to).unwrap();
         let t1 = ev_rx.recv_timeout(Duration::from_secs(10)).unwrap();
         fs::remove_file(&to).unwrap();
 
-        let (from, to) = stage(root, k);
+        let (from, to) = stage(root, k, what);
         go_tx.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(2)); // let the waiter block
         let s0 = Instant::now();

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigbox::{Durability, Mailbox, MailboxOptions, NewSignal, SignalType, Target};
-use sigbox_bench::{Stats, bare_read_dir, sigbox_bin, wait_latency};
+use sigbox_bench::{Staged, Stats, bare_read_dir, sigbox_bin, wait_latency};
 
 fn to(agent: &str) -> NewSignal {
     let mut s = NewSignal::new(SignalType::Info);
@@ -363,7 +363,7 @@ fn main() {
         (Durability::Durable, "durable"),
         (Durability::RelaxedNoFsync, "relaxed"),
     ] {
-        let (bare, sb) = wait_latency(tmp.path(), &wait_root, durability, 200);
+        let (bare, sb) = wait_latency(tmp.path(), &wait_root, durability, 200, Staged::Sent);
         rows.push(
             Row::new(
                 format!("blocked `wait`: rename into inputs/ -> delivered ({kind})"),
