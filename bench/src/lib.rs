@@ -175,6 +175,9 @@ pub fn wait_latency(
             let got = cp.wait(Some(Duration::from_secs(10))).unwrap();
             let t = Instant::now();
             assert_eq!(got.len(), 1);
+            // Acted on: acknowledged now, not left for this handle's next pass (a later
+            // round's handle would otherwise take it over as a redelivery).
+            cp.ack().unwrap();
             done_tx.send(t).unwrap();
         }
     });
