@@ -772,3 +772,58 @@ fn only_an_upstream_ack_newer_than_the_broadcast_counts() {
     let pass = mb.pass("Questioner", None).unwrap();
     assert!(pass.delivered.is_empty(), "{pass:?}");
 }
+
+/// Identity: the orchestrator's move into a buffer, like a claim, takes only the file it
+/// routed: a name used again meanwhile (a signal for another agent) is put back, never moved
+/// into the absent agent's buffer.
+#[test]
+fn a_name_used_again_under_a_buffer_move_is_put_back() {
+    struct Swap(std::path::PathBuf, std::sync::atomic::AtomicBool);
+    impl sigbox::FsHook for Swap {
+        fn before(&self, op: &sigbox::FsOp<'_>) -> std::io::Result<()> {
+            if let sigbox::FsOp::Rename { from, to, .. } = op
+                && *from == self.0.join("x.json")
+                && to.to_string_lossy().contains("buffered")
+                && !self.1.swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                std::fs::remove_file(from)?;
+                std::fs::write(
+                    from,
+                    br#"{"type":"STEER","target":"Executor","message":"not for the Planner"}"#,
+                )?;
+            }
+            Ok(())
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let inputs = tmp.path().join("inputs");
+    let mut o = MailboxOptions::new();
+    o.settle(Duration::ZERO);
+    o.init(tmp.path()).unwrap();
+    std::fs::write(
+        inputs.join("x.json"),
+        br#"{"type":"STEER","target":"Planner","message":"for the Planner"}"#,
+    )
+    .unwrap();
+    let hook = std::sync::Arc::new(Swap(inputs.clone(), Default::default()));
+    let mb = o.clone().hook(hook.clone()).open(tmp.path()).unwrap();
+    let pass = mb.pass("Orchestrator", None).unwrap();
+    assert!(
+        hook.1.load(std::sync::atomic::Ordering::SeqCst),
+        "the race was staged"
+    );
+    assert!(pass.buffered.is_empty(), "{pass:?}");
+    let mb = o.open(tmp.path()).unwrap();
+    let got = mb.pass("Planner", None).unwrap();
+    assert!(
+        got.delivered.is_empty(),
+        "the Planner got {:?}",
+        got.delivered
+    );
+    let got = mb.pass("Executor", None).unwrap();
+    assert_eq!(got.delivered.len(), 1, "{got:?}");
+    assert_eq!(
+        got.delivered[0].message.as_deref(),
+        Some("not for the Planner")
+    );
+}

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::layout::Layout;
 use super::report::{Finished, Pass};
-use super::route::Source;
+use super::route::{Item, Source};
 use super::{Mailbox, identity, lossy};
 use crate::atomic::{self, Clobber, Placed};
 use crate::body::{Archived, Handled};
@@ -31,10 +31,11 @@ impl Mailbox {
     pub(super) fn ack_once(
         &self,
         slot: &std::path::Path,
-        name: &OsStr,
+        item: &Item,
         agent: &str,
         pass: &mut Pass,
     ) -> Result<Option<(Signal, PathBuf, PathBuf)>> {
+        let name = item.name.as_os_str();
         let key = (agent.to_string(), name.to_os_string());
         let inputs = &self.layout.inputs;
         let src = inputs.join(name);
@@ -69,6 +70,17 @@ impl Mailbox {
                     return Ok(None);
                 }
                 match parsed {
+                    // Routed as a broadcast on what the scan read: the file here now must be
+                    // that one (a dropped name can be used again meanwhile) and a broadcast;
+                    // anything else waits for the next pass to route it as what it is.
+                    Ok(sig)
+                        if sig.target != Target::All
+                            || item
+                                .seen
+                                .is_some_and(|seen| seen != (stamp.ino, stamp.mtime_ns)) =>
+                    {
+                        return Ok(None);
+                    }
                     Ok(mut sig) => {
                         let id = identity::identity(&fname, &sig.fields, &stamp);
                         sig.id.clone_from(&id);

@@ -380,18 +380,11 @@ impl Mailbox {
                 }
                 Recorded::Gone => None,
                 Recorded::Stale(file) => {
-                    self.put_back(&dest, dir, name)?;
-                    // The move back changed its ctime, which would make it look renamed in
-                    // whole: it reads as written now instead, and settles.
-                    if let Some(f) = file
-                        && let Err(e) = self.io.touch(&f, &src)
-                    {
-                        tracing::warn!(error = %e, "a file put back may be read before it settles");
-                    }
+                    self.put_back(&dest, dir, name, file.as_ref())?;
                     None
                 }
                 Recorded::Unsettled(until) => {
-                    self.put_back(&dest, dir, name)?;
+                    self.put_back(&dest, dir, name, None)?;
                     pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
                     None
                 }
@@ -574,13 +567,31 @@ impl Mailbox {
         })
     }
 
-    /// Puts back a file a claim took by mistake (not the one it decided on): to where it was,
-    /// or, when that name is taken again, beside it under a fresh `.dup-` name; durably. The
-    /// next pass sees it as it is.
-    fn put_back(&self, claimed: &Path, dir: &Path, name: &OsStr) -> Result<()> {
+    /// Puts back a file a claim took by mistake (not the one it decided on, or not settled):
+    /// to where it was, or, when that name is taken again, beside it under a fresh `.dup-`
+    /// name; durably; with `touch`, its mtime set to now right after the move. The next pass
+    /// sees it as it is.
+    fn put_back(
+        &self,
+        claimed: &Path,
+        dir: &Path,
+        name: &OsStr,
+        touch: Option<&File>,
+    ) -> Result<()> {
         let back = atomic::with_fresh_names(dir, name, |_, dest| {
             Ok(match self.io.rename_noreplace(claimed, &dest)? {
-                crate::io::Renamed::Done | crate::io::Renamed::SourceGone => Some(()),
+                crate::io::Renamed::Done => {
+                    // The move back changed its ctime, which would make it look renamed in
+                    // whole (§5): at once, before anything else, it reads as written now,
+                    // and settles.
+                    if let Some(f) = touch
+                        && let Err(e) = self.io.touch(f, &dest)
+                    {
+                        tracing::warn!(error = %e, "a file put back may be read before it settles");
+                    }
+                    Some(())
+                }
+                crate::io::Renamed::SourceGone => Some(()),
                 crate::io::Renamed::DestExists => None,
             })
         })?;
@@ -616,8 +627,23 @@ impl Mailbox {
         Ok(false)
     }
 
+    /// True when the move of the dropped `item` to `moved` took another file than the one the
+    /// scan read (its name used again meanwhile): then it is put back, and settles.
+    fn moved_another(&self, moved: &Path, item: &Item) -> Result<bool> {
+        let Some(seen) = item.seen else {
+            return Ok(false);
+        };
+        let (read, file) = self.io.read_claimed(moved, self.opts.max_file_size)?;
+        if matches!(read, ReadOutcome::Bytes(_, st) if (st.ino, st.mtime_ns) == seen) {
+            return Ok(false);
+        }
+        self.put_back(moved, &self.layout.inputs, &item.name, file.as_ref())?;
+        Ok(true)
+    }
+
     /// Moves a signal for absent agent `agent` into `buffered/<agent>/` (spec §9.3).
-    pub(super) fn buffer(&self, name: &OsStr, agent: &str, pass: &mut Pass) -> Result<()> {
+    pub(super) fn buffer(&self, item: &Item, agent: &str, pass: &mut Pass) -> Result<()> {
+        let name = item.name.as_os_str();
         // A canonical-looking file sigbox did not write settles first.
         if !self.may_move(&self.layout.inputs, name, pass)? {
             return Ok(());
@@ -628,6 +654,9 @@ impl Mailbox {
         atomic::with_fresh_names(&dir, name, |_, dest| {
             match atomic::claim(&self.io, &src, &dest, || Ok(()))? {
                 Claimed::Lost => {}
+                // Routed on what the scan read: a dropped name used again meanwhile is another
+                // file, for whoever it is for; it goes back, and settles.
+                Claimed::Won(()) if self.moved_another(&dest, item)? => {}
                 Claimed::Won(()) => pass.buffered.push(Buffered {
                     id: self
                         .identify(&dest, name)?

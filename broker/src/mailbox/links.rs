@@ -97,16 +97,6 @@ impl Mailbox {
                 return Ok(Some(Resolved::Here));
             }
         }
-        eprintln!(
-            "DEBUG no twin for {} among {later:?}; tree: {:?}",
-            here.display(),
-            std::process::Command::new("find")
-                .arg(&self.layout.root)
-                .arg("-printf")
-                .arg("%p %i %n\n")
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-        );
         Ok(None)
     }
 

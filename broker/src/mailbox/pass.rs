@@ -352,7 +352,7 @@ impl Mailbox {
                     // ack is durable as soon as it is written.
                     self.commit_and_hand_over(run)?;
                     let slot = self.own_slot(agent, run.flight)?;
-                    self.ack_once(&slot, &item.name, agent, run.pass)?
+                    self.ack_once(&slot, item, agent, run.pass)?
                         .map(|(signal, ack, marker)| Delivery::acked(signal, ack, marker))
                 }
                 Action::Buffer(x) => {
@@ -360,7 +360,7 @@ impl Mailbox {
                     // claims' removal from inputs/ could become durable before their arrival
                     // in their slot (lost in a crash).
                     self.commit_and_hand_over(run)?;
-                    self.buffer(&item.name, x, run.pass)?;
+                    self.buffer(item, x, run.pass)?;
                     None
                 }
             };
