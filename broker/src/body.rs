@@ -798,6 +798,32 @@ pub(crate) fn annotation(
     }
 }
 
+/// True when `a` leaves `original` one document of its format with one handling block. YAML
+/// has shapes no appended block or inserted field can join (a `...` document end, an indented
+/// or tagged mapping, a flow mapping with a trailing comma or a comment after it), and a
+/// sender may have a `handling_metadata` of its own: such a record is left as it is (the
+/// claim stands, without its record) rather than made unreadable to other readers. Checked by
+/// parsing the result: for YAML always, for JSON only when the body names the block.
+pub(crate) fn records_whole(original: &[u8], format: Format, a: &Annotation) -> bool {
+    let needs_check = match format {
+        Format::Yaml => true,
+        Format::Json => memchr::memmem::find(original, key::HANDLING_METADATA.as_bytes()).is_some(),
+    };
+    if !needs_check {
+        return true;
+    }
+    let mut record = original[..(a.at as usize).min(original.len())].to_vec();
+    record.extend_from_slice(&a.tail);
+    let Ok(text) = std::str::from_utf8(strip_bom(&record)) else {
+        return false;
+    };
+    let parsed = match format {
+        Format::Json => parse_json(text),
+        Format::Yaml => parse_yaml(text),
+    };
+    matches!(parsed, Ok(Value::Object(m)) if m.contains_key(key::HANDLING_METADATA))
+}
+
 /// The offset of the closing brace of the mapping that `bytes` (a JSON object or a YAML flow
 /// mapping, perhaps followed by an earlier version's handling document) starts with; for a
 /// record torn while its handling fields were written, where they began ([`torn_cut`]).
@@ -1034,6 +1060,43 @@ mod record_tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// YAML shapes no block can join, and a sender's own block: the record is written only
+    /// when it stays one document (else the signal's file stays as it was, valid).
+    #[test]
+    fn a_record_is_written_only_when_it_stays_one_document() {
+        for (name, body) in [
+            ("end.yaml", "type: STEER\ntarget: Executor\n...\n"),
+            ("indented.yaml", "  type: STEER\n  target: Executor\n"),
+            ("comma.yaml", "{type: STEER, target: Executor,}\n"),
+            ("start.yaml", "--- {type: STEER, target: Executor}\n"),
+            ("tagged.yaml", "!!map {type: STEER, target: Executor}\n"),
+            ("comment.yaml", "{type: STEER, target: Executor} # }\n"),
+            ("flowend.yaml", "{type: STEER,\n target: Executor\n}\n# c\n"),
+            (
+                "own.json",
+                "{\"type\":\"INFO\",\"handling_metadata\":{\"x\":1},\"target\":\"Executor\"}\n",
+            ),
+            ("plain.yaml", "type: STEER\ntarget: Executor\n"),
+        ] {
+            let format = name::format_of(name);
+            let Ok(b) = parse_body(body.as_bytes(), format) else {
+                continue; // not a signal at all: never claimed
+            };
+            let a = annotation(
+                body.as_bytes(),
+                format,
+                &Handled::Delivered.fields("E"),
+                b.end,
+            );
+            if records_whole(body.as_bytes(), format, &a) {
+                let doc = one_document(name, &apply(body.as_bytes(), &a));
+                assert_eq!(doc["handling_metadata"]["handled_by"], "E", "{name}");
+            } else {
+                assert_ne!(name, "plain.yaml");
             }
         }
     }

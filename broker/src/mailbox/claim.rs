@@ -535,6 +535,10 @@ impl Mailbox {
                         // would slow producers too).
                         let a = body::annotation(&bytes, format, extra, end);
                         let appended = match file {
+                            _ if !body::records_whole(&bytes, format, &a) => {
+                                tracing::debug!(file = %dest.display(), "no handling record: it would not stay one document");
+                                Ok(())
+                            }
                             Some(f) => self.io.replace_tail(&f, dest, a.span(&bytes), &a.tail),
                             None => self.io.replace_tail_unsynced(dest, a.span(&bytes), &a.tail),
                         };

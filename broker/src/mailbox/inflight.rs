@@ -252,11 +252,15 @@ impl Mailbox {
                         sig.id = identity::identity(&fname, &sig.fields, &stamp);
                         let count = body::redeliveries(&bytes, &fname).saturating_add(1);
                         let extra = Handled::Redelivered(count).fields(agent);
-                        let a = body::annotation(&bytes, name::format_of(&fname), &extra, end);
+                        let format = name::format_of(&fname);
+                        let a = body::annotation(&bytes, format, &extra, end);
                         match file {
-                            Some(f) => {
+                            Some(f) if body::records_whole(&bytes, format, &a) => {
                                 self.io.replace_tail(&f, &path, a.span(&bytes), &a.tail)?;
                                 self.io.sync_data(&f, &path)?;
+                            }
+                            Some(_) => {
+                                tracing::debug!(file = %path.display(), "no redelivery record: it would not stay one document");
                             }
                             None => {
                                 tracing::warn!(file = %path.display(), "cannot record the redelivery count in the file (not writable)")
