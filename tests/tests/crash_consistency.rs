@@ -650,10 +650,12 @@ fn interrupted_yaml_claim_with_a_zero_tail_is_finished_once() {
     let body = "type: INFO\ntarget: Executor\nmessage: torn\n";
     let mut torn = body.as_bytes().to_vec();
     torn.extend_from_slice(&[0u8; 24]);
+    // The crash left one file under two names (the rename's new entry durable, the removal of
+    // the old one not), its append torn: a size extended over zeros.
     std::fs::write(tmp.path().join("inputs/note.yaml"), &torn).unwrap();
-    std::fs::write(
+    std::fs::hard_link(
+        tmp.path().join("inputs/note.yaml"),
         tmp.path().join("processed/note.yaml"),
-        format!("{body}handling_metadata:\n  handled_by: Executor\n"),
     )
     .unwrap();
     let pass = mb.pass("Executor", None).unwrap();
@@ -666,6 +668,18 @@ fn interrupted_yaml_claim_with_a_zero_tail_is_finished_once() {
     let pass = mb.pass("Executor", None).unwrap();
     assert!(pass.delivered.is_empty());
     assert_eq!(pass.rejected.len(), 1);
+    // A new drop under a name processed before is another file (another inode), not the
+    // leftover of that claim: the same bytes are refused there too.
+    std::fs::write(
+        tmp.path().join("processed/again.yaml"),
+        format!("{body}handling_metadata:\n  handled_by: Executor\n"),
+    )
+    .unwrap();
+    std::fs::write(tmp.path().join("inputs/again.yaml"), &torn).unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    assert!(pass.delivered.is_empty(), "{:?}", pass.delivered);
+    assert_eq!(pass.rejected.len(), 1);
+    assert_eq!(pass.rejected[0].name, "again.yaml");
 }
 
 /// A pass claims in groups: each claim renames into the handle's slot and appends its handling

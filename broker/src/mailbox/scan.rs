@@ -363,26 +363,43 @@ impl Mailbox {
         if s.chars().any(char::is_control) {
             return Ok(Some(Err("file name contains control characters".into())));
         }
-        let bytes = match self.io.read_untrusted(path, self.opts.max_file_size)? {
+        let mut read = self.io.read_untrusted(path, self.opts.max_file_size)?;
+        // The leftover of a claim straight into processed/ (an earlier version's) that a crash
+        // interrupted during its append: this very file, one inode, is under the same name in
+        // processed/ as well, and may end in a torn handling block. The processed/ link goes
+        // (§9.6) and the file here is read as the record it is. A file merely named like one
+        // processed earlier is a new drop and gets no leniency: half of it is not a record.
+        let mut interrupted = false;
+        if let ReadOutcome::HardLinked(2) = read
+            && let Some(dir) = path.parent()
+        {
+            let twin = self.io.stamp(&self.layout.processed.join(name))?;
+            match self.read_resolving(dir, name)? {
+                None => return Ok(None),
+                Some(again) => {
+                    if let ReadOutcome::Bytes(_, st) = &again {
+                        interrupted = twin.is_some_and(|p| (p.dev, p.ino) == (st.dev, st.ino));
+                    }
+                    read = again;
+                }
+            }
+        }
+        let bytes = match read {
             ReadOutcome::Gone => return Ok(None),
             ReadOutcome::Bytes(bytes, _) => bytes,
             other => return Ok(Some(Err(other.rejection().unwrap_or_default()))),
         };
         let parsed = match body::parse_body(&bytes, format) {
             // Strict for what people drop, with two exceptions sigbox made itself: the
-            // leftover of a claim that a crash interrupted during its append (the same name is
-            // in processed/), which may end in a torn handling block; and a claim taken back
-            // because it could not be handed over, which ends in a whole one.
-            Err(e) => {
-                let interrupted = self.io.stamp(&self.layout.processed.join(name))?.is_some();
-                match body::parse_record(&bytes, format) {
-                    Ok(b) if interrupted || b.fields.contains_key(body::key::HANDLING_METADATA) => {
-                        Ok(b)
-                    }
-                    Err(r) if interrupted => Err(r),
-                    _ => Err(e),
+            // interrupted claim above; and a claim taken back because it could not be handed
+            // over, which ends in a whole handling block.
+            Err(e) => match body::parse_record(&bytes, format) {
+                Ok(b) if interrupted || b.fields.contains_key(body::key::HANDLING_METADATA) => {
+                    Ok(b)
                 }
-            }
+                Err(r) if interrupted => Err(r),
+                _ => Err(e),
+            },
             ok => ok,
         };
         Ok(Some(parsed.map(|body| {
