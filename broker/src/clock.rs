@@ -68,13 +68,14 @@ pub(crate) fn time_of(ns: i128) -> SystemTime {
 /// by rename or link after its last write (its ctime later than its mtime: a rename, a link,
 /// a `chmod` or `utimensat` change the ctime alone) is complete and may be read at once; any
 /// other is [`settling`]. Equal timestamps (one clock tick, or a filesystem with coarse
-/// timestamps) count as written in place.
+/// timestamps) count as written in place. Only a regular file can be half written: a
+/// symlink, FIFO, socket, device or directory is what it is at once (and refused at once).
 pub(crate) fn settling_file(
     stamp: &Stamp,
     window: Duration,
     now: SystemTime,
 ) -> Option<SystemTime> {
-    if stamp.ctime_ns > stamp.mtime_ns {
+    if stamp.ctime_ns > stamp.mtime_ns || stamp.kind != crate::sys::EntryKind::File {
         return None;
     }
     settling(stamp, window, now)

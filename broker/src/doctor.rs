@@ -30,6 +30,9 @@ pub struct Finding {
     pub message: String,
 }
 
+/// A directory changed further in the future than this: the filesystem's clock runs ahead.
+const SKEW: Duration = Duration::from_secs(2);
+
 /// Write attempts older than this are reported as stale.
 const STALE: Duration = Duration::from_secs(3600);
 
@@ -75,6 +78,17 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
         problem(root, "cannot open the root".into());
         return out;
     }
+    let facts = crate::sys::fs_facts(root);
+    if facts.read_only {
+        problem(
+            root,
+            "on a filesystem mounted read-only: nothing can be sent, claimed or acknowledged \
+             here (permissions are not the cause); remount it read-write, or point --root at \
+             a writable directory"
+                .into(),
+        );
+    }
+    let now = ns_of(SystemTime::now());
     for dir in LAYOUT {
         let p = root.join(dir);
         match io.stamp(&p).ok().flatten().map(|m| m.kind) {
@@ -83,7 +97,24 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
                 problem(&p, not_a_directory(kind));
             }
             Some(EntryKind::Dir) => {
-                if !crate::sys::writable(&p) {
+                if let Some(ahead) = io
+                    .stamp(&p)
+                    .ok()
+                    .flatten()
+                    .map(|m| m.changed_ns() - now)
+                    .filter(|ahead| *ahead > SKEW.as_nanos() as i128)
+                {
+                    problem(
+                        &p,
+                        format!(
+                            "changed {} s in the future: the filesystem's clock (a network \
+                             server's?) runs ahead of this machine's. Files written in place \
+                             there settle that much later; fix the clocks (NTP)",
+                            ahead / 1_000_000_000
+                        ),
+                    );
+                }
+                if !facts.read_only && !crate::sys::writable(&p) {
                     problem(
                         &p,
                         format!(
@@ -141,6 +172,16 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
                 .into(),
         );
     }
+    if facts.memory {
+        out.push(Finding {
+            severity: Severity::Info,
+            path: root.to_path_buf(),
+            message: "on tmpfs (memory): every sync is a no-op and nothing here survives a \
+                      reboot or power loss; fine for tests and one session, not for signals \
+                      that must outlive the machine"
+                .into(),
+        });
+    }
     if crate::sys::is_remote_fs(root) {
         out.push(Finding {
             severity: Severity::Info,
@@ -153,12 +194,26 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     let Ok(mb) = opts.open(root) else {
         return out;
     };
+    // Quarantine is information: the bad files are out of the way, nothing is lost, and a
+    // gate on `doctor` must not fail for ever after one bad drop.
     if let Ok(rejected) = mb.rejected() {
+        let n = rejected.len();
         for r in rejected {
             out.push(Finding {
-                severity: Severity::Problem,
+                severity: Severity::Info,
                 path: r.path,
                 message: format!("quarantined: {}", r.reason),
+            });
+        }
+        if n > 0 {
+            out.push(Finding {
+                severity: Severity::Info,
+                path: layout.rejected.clone(),
+                message: format!(
+                    "{n} file(s) quarantined, each with a .reason.json beside it (`sigbox ls \
+                     --all` lists them); once read, `sigbox gc --rejected --older-than 0s` \
+                     clears them"
+                ),
             });
         }
     }
@@ -166,7 +221,9 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
         for p in problems {
             let reason = p.reason();
             let (severity, message) = match p.kind {
-                ProblemKind::Settling { .. } => (Severity::Info, reason),
+                ProblemKind::Settling { .. }
+                | ProblemKind::Held { .. }
+                | ProblemKind::Leftover { .. } => (Severity::Info, reason),
                 ProblemKind::InFlight { .. } => (Severity::Problem, reason),
                 _ => (
                     Severity::Problem,
@@ -180,7 +237,6 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             });
         }
     }
-    let now = ns_of(SystemTime::now());
     let old = |p: &Path| {
         io.stamp(p)
             .ok()

@@ -211,6 +211,11 @@ impl NewSignal {
         }
     }
 
+    /// The signal's type.
+    pub fn signal_type(&self) -> SignalType {
+        self.signal_type
+    }
+
     /// Sets the target. Default: [`Target::All`].
     pub fn target(&mut self, target: Target) -> &mut Self {
         self.target = target;

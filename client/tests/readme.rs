@@ -40,3 +40,49 @@ fn the_readme_tour_runs_as_written() {
     assert!(stdout.contains("PAUSE   Executor     pause"), "{stdout}");
     assert!(stdout.contains("healthy"), "{stdout}");
 }
+
+/// Every other block marked `<!-- run: ... -->` runs as written in a fresh directory, with
+/// sigbox on PATH, and succeeds.
+#[test]
+fn every_marked_readme_block_runs_on_a_fresh_directory() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_sigbox")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let blocks: Vec<&str> = readme
+        .split("<!-- run:")
+        .skip(1)
+        .map(|after| {
+            after
+                .split_once("```sh\n")
+                .expect("a sh block after the marker")
+                .1
+                .split_once("```\n")
+                .expect("end of block")
+                .0
+        })
+        .collect();
+    assert!(blocks.len() >= 2, "the marked blocks: {}", blocks.len());
+    for block in blocks {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -euo pipefail\n{block}"))
+            .current_dir(dir.path())
+            .env("PATH", &path)
+            .env_remove("SIGBOX_ROOT")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "block failed:\n{block}\nstderr: {}\nstdout: {}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}

@@ -473,16 +473,16 @@ impl Mailbox {
         }
     }
 
-    /// The slots of `agent` that no live handle holds, with how many signals each holds:
-    /// what the agent's next pass delivers again (`doctor`). Locks each slot for a moment.
-    pub(super) fn stranded(&self, agent: &str) -> Result<Vec<(PathBuf, usize)>> {
+    /// The slots of `agent` that hold signals, with how many each holds and whether a live
+    /// handle holds the slot (`false`: stranded, what the agent's next pass delivers again).
+    /// Locks each free slot for a moment (`ls`, `doctor`).
+    pub(super) fn slots_in_flight(&self, agent: &str) -> Result<Vec<(PathBuf, usize, bool)>> {
         let mut out = Vec::new();
         for (_, dir) in self.slots(agent)? {
-            if self.io.lock_dir(&dir)?.is_some() {
-                let n = self.slot_entries(&dir)?.len();
-                if n > 0 {
-                    out.push((dir, n));
-                }
+            let live = self.io.lock_dir(&dir)?.is_none();
+            let n = self.slot_entries(&dir)?.len();
+            if n > 0 {
+                out.push((dir, n, live));
             }
         }
         Ok(out)

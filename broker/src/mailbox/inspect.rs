@@ -79,10 +79,13 @@ impl Mailbox {
         );
         for (dir, source) in dirs {
             let scan = self.scan(&dir, source, &|_| true, SystemTime::now())?;
-            out.extend(scan.rejects.into_iter().map(|r| Problem {
-                path: dir.join(r.name),
-                kind: ProblemKind::Invalid { reason: r.reason },
-            }));
+            for r in scan.rejects {
+                let kind = self.invalid(&dir, &r.name, r.reason)?;
+                out.push(Problem {
+                    path: dir.join(r.name),
+                    kind,
+                });
+            }
             out.extend(scan.settling.into_iter().map(|s| Problem {
                 path: dir.join(s.name),
                 kind: ProblemKind::Settling {
@@ -101,8 +104,8 @@ impl Mailbox {
                         kind: ProblemKind::Settling { until, window },
                     }),
                     Look::Invalid(reason) => out.push(Problem {
+                        kind: self.invalid(&dir, &it.name, reason)?,
                         path,
-                        kind: ProblemKind::Invalid { reason },
                     }),
                 }
             }
@@ -111,17 +114,30 @@ impl Mailbox {
             let Some(agent) = e.name.to_str().filter(|a| crate::signal::valid_agent(a)) else {
                 continue;
             };
-            for (slot, count) in self.stranded(agent)? {
+            for (slot, count, live) in self.slots_in_flight(agent)? {
+                let agent = agent.to_string();
                 out.push(Problem {
                     path: slot,
-                    kind: ProblemKind::InFlight {
-                        agent: agent.to_string(),
-                        count,
+                    kind: if live {
+                        ProblemKind::Held { agent, count }
+                    } else {
+                        ProblemKind::InFlight { agent, count }
                     },
                 });
             }
         }
         Ok(out)
+    }
+
+    /// What a file a pass would refuse is: invalid, or, refused for its two links when the
+    /// other is sigbox's own leftover, a [`ProblemKind::Leftover`] the pass resolves.
+    fn invalid(&self, dir: &Path, name: &std::ffi::OsStr, reason: String) -> Result<ProblemKind> {
+        if crate::io::is_hard_link_reason(&reason)
+            && let Some((leftover, _)) = self.own_link(dir, name)?
+        {
+            return Ok(ProblemKind::Leftover { leftover });
+        }
+        Ok(ProblemKind::Invalid { reason })
     }
 
     /// Every agent's buffer directory, with the agent's name.

@@ -40,6 +40,16 @@ impl Mailbox {
     /// - a buffer: a slot of its agent: the buffer's link goes;
     /// - either, with `processed/<name>`: the `processed/` link goes (below).
     pub(super) fn resolve_own_link(&self, dir: &Path, name: &OsStr) -> Result<Option<Resolved>> {
+        let Some((leftover, resolved)) = self.own_link(dir, name)? else {
+            return Ok(None);
+        };
+        self.drop_link(&leftover)?;
+        Ok(Some(resolved))
+    }
+
+    /// The leftover link [`resolve_own_link`](Self::resolve_own_link) would remove, and which
+    /// side it is, without removing it (what `ls` and `doctor` report).
+    pub(super) fn own_link(&self, dir: &Path, name: &OsStr) -> Result<Option<(PathBuf, Resolved)>> {
         let here = dir.join(name);
         let Some(st) = self.io.stamp(&here)? else {
             return Ok(None);
@@ -56,8 +66,7 @@ impl Mailbox {
         if dir == self.layout.inputs {
             for stage in self.staging_twins(name)? {
                 if same(&stage)? {
-                    self.drop_link(&stage)?;
-                    return Ok(Some(Resolved::There));
+                    return Ok(Some((stage, Resolved::There)));
                 }
             }
         }
@@ -67,8 +76,7 @@ impl Mailbox {
         // had (acks go by identity, which the file keeps) and is archived again.
         let record = self.layout.processed.join(name);
         if dir != self.layout.processed && same(&record)? {
-            self.drop_link(&record)?;
-            return Ok(Some(Resolved::There));
+            return Ok(Some((record, Resolved::There)));
         }
         let mut later: Vec<PathBuf> = Vec::new();
         let agents: Vec<String> = if dir == self.layout.inputs {
@@ -93,8 +101,7 @@ impl Mailbox {
         }
         for other in &later {
             if *other != here && same(other)? {
-                self.drop_link(&here)?;
-                return Ok(Some(Resolved::Here));
+                return Ok(Some((here, Resolved::Here)));
             }
         }
         Ok(None)

@@ -1,8 +1,10 @@
 //! Quarantine (spec/mailbox.md §8): a file that can never be delivered is moved into
-//! `rejected/` with a reason file beside it. Nothing is ever deleted.
+//! `rejected/` with a reason file beside it. Nothing is deleted but on a person's request
+//! (`sigbox gc --rejected`, [`Mailbox::clear_rejected`]).
 
 use std::ffi::OsStr;
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -13,6 +15,7 @@ use crate::atomic::{self, Claimed, Clobber};
 use crate::clock::{self, Precision};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::ReadOutcome;
+use crate::sys::EntryKind;
 
 impl Mailbox {
     /// Moves `dir/name` to `rejected/` and writes the reason beside it. `None` when another
@@ -55,7 +58,7 @@ impl Mailbox {
             Ok(match atomic::claim(&self.io, &src, &dest, write_reason)? {
                 Claimed::Lost => Some(None),
                 Claimed::Won(_) => {
-                    tracing::warn!(file = %src.display(), reason, "quarantined");
+                    tracing::info!(file = %src.display(), reason, "quarantined");
                     Some(Some(Rejection {
                         name: lossy(name),
                         path: dest,
@@ -112,5 +115,38 @@ impl Mailbox {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Removes the quarantined files in `rejected/` that were quarantined at least `age` ago,
+    /// with their reason files: once a person has read them (`sigbox ls --all`, `doctor`),
+    /// what `sigbox gc --rejected` clears. Whatever a file is (a symlink or a FIFO that was
+    /// quarantined is removed as the link or node it is, never followed); directories are
+    /// left. Returns how many quarantined files it removed.
+    pub fn clear_rejected(&self, age: Duration) -> Result<usize> {
+        let now = clock::ns_of(std::time::SystemTime::now());
+        let dir = &self.layout.rejected;
+        let mut removed = 0;
+        for e in self.io.list(dir, true)? {
+            if e.kind == EntryKind::Dir
+                || Layout::is_reason_file(&e.name)
+                || atomic::is_stage_name(&e.name)
+            {
+                continue;
+            }
+            let path = dir.join(&e.name);
+            // Moved here by a rename, which sets the ctime: when it was quarantined.
+            let old = self
+                .io
+                .stamp(&path)?
+                .is_some_and(|st| now - st.changed_ns() >= age.as_nanos() as i128);
+            if old && self.io.remove(&path)? {
+                self.io.remove(&Layout::reason_path(&path))?;
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.io.sync_dir(dir)?;
+        }
+        Ok(removed)
     }
 }

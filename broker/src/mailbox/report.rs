@@ -102,6 +102,21 @@ pub enum ProblemKind {
         /// How many.
         count: usize,
     },
+    /// A claim slot a live handle holds: signals claimed by a running consumer of `agent`
+    /// and not yet handed over (the CLI prints and flushes them; a library consumer
+    /// acknowledges them). The path is the slot.
+    Held {
+        /// The agent they were claimed for.
+        agent: String,
+        /// How many.
+        count: usize,
+    },
+    /// A second link to a signal that an interrupted move of sigbox's own left (spec §9.6),
+    /// not a planted one: the next pass removes the leftover and the signal goes on.
+    Leftover {
+        /// The leftover link the next pass removes.
+        leftover: PathBuf,
+    },
 }
 
 impl Problem {
@@ -115,6 +130,13 @@ impl Problem {
             ProblemKind::InFlight { agent, count } => format!(
                 "{count} signal(s) claimed by a consumer of {agent} that stopped before handing \
                  them over: {agent}'s next pass delivers them again, marked as redeliveries"
+            ),
+            ProblemKind::Held { agent, count } => format!(
+                "{count} signal(s) claimed by a running consumer of {agent}, being handed over"
+            ),
+            ProblemKind::Leftover { leftover } => format!(
+                "a second link an interrupted move left at {}: the next pass removes it",
+                leftover.display()
             ),
         }
     }

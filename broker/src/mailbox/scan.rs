@@ -239,7 +239,9 @@ impl Mailbox {
         Ok(scan)
     }
 
-    /// Symlinks, directories, special files, strays and non-UTF-8 names: refused once settled.
+    /// Symlinks, directories, special files, strays and non-UTF-8 names: refused, a regular
+    /// file once settled (it may be a write in progress under a name of its own), anything
+    /// else at once (it is what it is; nothing is half written).
     fn scan_odd(
         &self,
         at: &ScanAt<'_>,
@@ -250,7 +252,9 @@ impl Mailbox {
         let Some(stamp) = self.io.stamp(&at.dir.join(&name))? else {
             return Ok(());
         };
-        if let Some(until) = clock::settling(&stamp, self.opts.settle, at.now) {
+        if stamp.kind == EntryKind::File
+            && let Some(until) = clock::settling(&stamp, self.opts.settle, at.now)
+        {
             scan.note_settling(name, until);
             return Ok(());
         }

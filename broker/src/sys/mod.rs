@@ -19,6 +19,15 @@ pub(crate) use portable::*;
 use std::ffi::OsString;
 use std::path::Path;
 
+/// What `doctor` says of the filesystem a root is on ([`fs_facts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FsFacts {
+    /// Mounted read-only.
+    pub(crate) read_only: bool,
+    /// Kept in memory only (tmpfs, ramfs): nothing survives a reboot.
+    pub(crate) memory: bool,
+}
+
 /// Identity and timing of a file (from `lstat` or `fstat`), as the mailbox needs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 
-use super::{EntryKind, Stamp};
+use super::{EntryKind, FsFacts, Stamp};
 
 pub(crate) fn rename_noreplace(_from: &Path, _to: &Path) -> io::Result<bool> {
     Ok(false)
@@ -76,6 +76,10 @@ pub(crate) fn name_bytes(name: &std::ffi::OsStr) -> &[u8] {
 
 pub(crate) fn is_remote_fs(_path: &Path) -> bool {
     false
+}
+
+pub(crate) fn fs_facts(_path: &Path) -> FsFacts {
+    FsFacts::default()
 }
 
 pub(crate) fn writable(path: &Path) -> bool {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 
-use super::{EntryKind, Stamp};
+use super::{EntryKind, FsFacts, Stamp};
 
 /// Lists a directory by path (see [`list_fd`]); the tests' way in.
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
@@ -155,6 +155,26 @@ pub(crate) fn is_remote_fs(path: &Path) -> bool {
         let _ = path;
         false
     }
+}
+
+/// What the filesystem holding `path` is, as far as `doctor` explains it: mounted read-only
+/// (`statvfs`'s `ST_RDONLY`), and kept in memory only (tmpfs, ramfs: gone at reboot).
+pub(crate) fn fs_facts(path: &Path) -> FsFacts {
+    let read_only = rustix::fs::statvfs(path)
+        .is_ok_and(|st| st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY));
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let memory = {
+        const MEMORY: [i64; 2] = [
+            0x0102_1994,            // tmpfs
+            0x8584_58F6_u32 as i64, // ramfs
+        ];
+        // `f_type`'s width differs between targets (i32, i64, u32).
+        #[allow(clippy::unnecessary_cast)]
+        rustix::fs::statfs(path).is_ok_and(|st| MEMORY.contains(&(st.f_type as i64)))
+    };
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let memory = false;
+    FsFacts { read_only, memory }
 }
 
 /// True when this process may create and remove entries in directory `path`.

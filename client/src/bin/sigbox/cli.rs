@@ -22,8 +22,8 @@ pub(crate) struct Cli {
     #[arg(long, global = true)]
     pub(crate) json: bool,
     /// How long a dropped file must be unchanged before it is read (spec/mailbox.md §5); 0
-    /// reads files written in place at once.
-    #[arg(long, global = true, env = "SIGBOX_SETTLE", default_value = "2s", value_parser = parse_duration)]
+    /// reads files written in place at once. A number and a unit (ms, s, m), at most 1h.
+    #[arg(long, global = true, env = "SIGBOX_SETTLE", default_value = "2s", value_parser = parse_settle)]
     pub(crate) settle: Duration,
     /// More logging on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -81,12 +81,18 @@ pub(crate) enum Command {
         #[arg(long = "as", default_value = "Orchestrator")]
         agent: String,
     },
-    /// Remove stale staging files from tmp/.
-    #[command(after_help = "Example:\n  sigbox gc --older-than 10m")]
+    /// Remove stale staging files left by crashed writers; with --rejected, quarantined files
+    /// too.
+    #[command(
+        after_help = "Examples:\n  sigbox gc --older-than 10m\n  sigbox gc --rejected --older-than 0s    # clear rejected/ once read"
+    )]
     Gc {
-        /// Only files unchanged for this long.
+        /// Only files unchanged for this long (quarantined: quarantined this long ago).
         #[arg(long, default_value = "1h", value_parser = parse_duration)]
         older_than: Duration,
+        /// Also remove the files in rejected/ (and their reason files).
+        #[arg(long)]
+        rejected: bool,
         /// At most this many files per run.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
@@ -130,7 +136,11 @@ pub(crate) enum Command {
     },
     /// Run a short demonstration on a fresh mailbox in a temporary directory.
     #[command(after_help = "Example:\n  sigbox demo")]
-    Demo,
+    Demo {
+        /// Keep the demo mailbox afterwards (its path is printed) instead of removing it.
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -399,6 +409,29 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
 }
 
+/// The longest settle window accepted: a longer one would hold files written in place for
+/// so long that they look lost.
+const MAX_SETTLE: Duration = Duration::from_secs(3600);
+
+/// A settle window: `0`, or a number with its unit (a bare `2` could be seconds or
+/// milliseconds, so it is refused), at most [`MAX_SETTLE`].
+pub(crate) fn parse_settle(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.chars().all(|c| c.is_ascii_digit() || c == '.') && t.parse::<f64>().is_ok_and(|n| n != 0.0)
+    {
+        return Err(format!(
+            "settle window {t:?} has no unit: write {t}s or {t}ms (0 needs none)"
+        ));
+    }
+    let d = parse_duration(t)?;
+    if d > MAX_SETTLE {
+        return Err(format!(
+            "settle window {t:?} is over the 1h maximum: files written in place would wait that long"
+        ));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +450,26 @@ mod tests {
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn settle_windows() {
+        assert_eq!(parse_settle("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_settle("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_settle("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_settle("1h"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "2",
+            "1.5",
+            "61m",
+            "2h",
+            "99999999999999999999s",
+            "-1s",
+            "",
+            "x",
+        ] {
+            assert!(parse_settle(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -11,35 +11,82 @@ mod output;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
+use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::output::Out;
 
 fn main() -> ExitCode {
-    match run() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    let json = cli.json;
+    match run(cli) {
         Ok(code) => code,
         Err(err) => {
             if is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
             let line = format!("{err:#}").replace('\n', " ");
-            let _ = writeln!(io::stderr(), "sigbox: {}", output::escape(&line));
+            report_error(json, &line, error_path(&err));
             ExitCode::from(2)
         }
     }
 }
 
-/// Parses the command line and routes it to its command.
-fn run() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+/// Writes an error to stderr: `sigbox: <reason>` on one line, or under `--json` one JSON
+/// object `{"error": reason, "path": file or null, "exit": 2}` (spec/cli.md).
+fn report_error(json: bool, line: &str, path: Option<&std::path::Path>) {
+    let text = if json {
+        serde_json::json!({
+            "error": line,
+            "path": path.map(output::path_json),
+            "exit": 2,
+        })
+        .to_string()
+    } else {
+        format!("sigbox: {}", output::escape(line))
+    };
+    let _ = writeln!(io::stderr(), "{text}");
+}
+
+/// The file an error names, when it came from the library with one.
+fn error_path(err: &anyhow::Error) -> Option<&std::path::Path> {
+    err.chain()
+        .find_map(|e| e.downcast_ref::<sigbox::Error>())
+        .and_then(sigbox::Error::path)
+}
+
+/// A command line clap refused: help and version print as usual (exit 0); a usage error is
+/// clap's message and exit 2, or under `--json` the JSON error object.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let wants_json = std::env::args_os().any(|a| a == "--json");
+    if !wants_json || matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        e.exit();
+    }
+    let text = e.to_string();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid command line")
+        .trim_start_matches("error: ");
+    report_error(true, first, None);
+    ExitCode::from(2)
+}
+
+/// Routes the parsed command line to its command.
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     init_tracing(cli.verbose);
     cmd::set_settle(cli.settle);
     cmd::set_verbose(cli.verbose > 0);
+    cmd::set_json(cli.json);
     // `tap` writes the child's output from its own threads: it must not run while this thread
     // holds the stdout lock that `Out` keeps.
     if let Command::Tap { name, to, command } = &cli.command {
-        return cmd::tap::run(&cli.root, name, to, command);
+        return cmd::tap::run(&cli.root, name, to, command, cli.json);
     }
     let mut out = Out::new(cli.json);
     let root = cli.root;
@@ -51,7 +98,11 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Ls { all } => cmd::mailbox::ls(&root, all, &mut out)?,
         Command::Log => cmd::mailbox::log(&root, &mut out)?,
         Command::Finish { agent } => cmd::mailbox::finish(&root, &agent, &mut out)?,
-        Command::Gc { older_than, limit } => cmd::mailbox::gc(&root, older_than, limit, &mut out)?,
+        Command::Gc {
+            older_than,
+            limit,
+            rejected,
+        } => cmd::mailbox::gc(&root, older_than, limit, rejected, &mut out)?,
         Command::Doctor => cmd::mailbox::doctor(&root, &mut out)?,
         Command::Completions { shell } => {
             // Generated whole, then written: a closed pipe (`| head`) is then an error that ends
@@ -62,7 +113,7 @@ fn run() -> anyhow::Result<ExitCode> {
             out.write_all(&script)?;
             ExitCode::SUCCESS
         }
-        Command::Demo => cmd::demo::run(&mut out)?,
+        Command::Demo { keep } => cmd::demo::run(keep, &mut out)?,
         Command::Goblin(c) => cmd::goblin::run(c, &mut out)?,
         Command::Mux(c) => cmd::mux::run(c, &mut out)?,
         Command::Flux(c) => cmd::streams::flux(c, &mut out)?,

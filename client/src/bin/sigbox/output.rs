@@ -34,6 +34,22 @@ impl Out {
         }
     }
 
+    /// As [`emit`](Self::emit), for a human form of several lines: each is escaped on its
+    /// own, and they are written one per line.
+    pub(crate) fn emit_lines(
+        &mut self,
+        value: &Value,
+        human: impl FnOnce() -> Vec<String>,
+    ) -> io::Result<()> {
+        if self.json {
+            return self.emit(value, String::new);
+        }
+        for line in human() {
+            writeln!(self.stdout, "{}", escape(&line))?;
+        }
+        Ok(())
+    }
+
     /// True with `--json`.
     pub(crate) fn is_json(&self) -> bool {
         self.json
@@ -116,8 +132,29 @@ pub(crate) fn signal_human(s: &Signal) -> String {
         s.signal_type.as_str(),
         s.target.to_string(),
         s.id,
-        s.message.as_deref().unwrap_or("").replace('\n', " ")
+        s.message.as_deref().unwrap_or("")
     )
+}
+
+/// An instant in nanoseconds since the epoch as RFC 3339 in UTC with microseconds, the form
+/// of `created_at` in every `--json` output.
+pub(crate) fn instant_json(ns_since_epoch: i128) -> Value {
+    let secs = ns_since_epoch.div_euclid(1_000_000_000);
+    let nanos = ns_since_epoch.rem_euclid(1_000_000_000);
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| chrono::DateTime::from_timestamp(s, nanos as u32))
+        .map_or(Value::Null, |t| {
+            json!(t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        })
+}
+
+/// Milliseconds from `ns_since_epoch` to now (0 for an instant in the future).
+pub(crate) fn age_ms(ns_since_epoch: i128) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    u64::try_from(((now - ns_since_epoch) / 1_000_000).max(0)).unwrap_or(u64::MAX)
 }
 
 /// A short age: `42s`, `5m`, `3h`, `2d`.

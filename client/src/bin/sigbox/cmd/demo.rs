@@ -10,17 +10,27 @@ use sigbox::{Mailbox, MailboxOptions, NewSignal, SignalType, Target};
 use crate::output::{Out, signal_human, signal_json};
 
 /// A tour of the routing table on a fresh mailbox in a temporary directory.
-pub(crate) fn run(out: &mut Out) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(keep: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let root = dir.path().join("signals");
     let mb = Mailbox::init(&root)?;
     let say = |out: &mut Out, s: String| -> anyhow::Result<()> {
         if !out.json() {
-            out.line(&s)?;
+            // The demo's own text: its line breaks are line breaks.
+            for line in s.split('\n') {
+                out.line(line)?;
+            }
         }
         Ok(())
     };
-    say(out, format!("mailbox at {}", root.display()))?;
+    say(
+        out,
+        if keep {
+            format!("demo mailbox at {} (kept: --keep)", root.display())
+        } else {
+            "demo mailbox in a temporary directory, removed at the end (--keep keeps it)".into()
+        },
+    )?;
     let send = |ty, target: Target, msg: &str| -> anyhow::Result<String> {
         Ok(mb.send(NewSignal::new(ty).target(target).message(msg))?)
     };
@@ -97,6 +107,17 @@ pub(crate) fn run(out: &mut Out) -> anyhow::Result<ExitCode> {
     )?;
     if left > 1 {
         bail!("demo: expected only the broadcast to remain, found {left} pending");
+    }
+    if keep {
+        let kept = dir.keep();
+        let root = kept.join("signals");
+        say(
+            out,
+            format!(
+                "kept: look around with `sigbox --root {} ls --all` or `... log`",
+                root.display()
+            ),
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -102,14 +102,14 @@ pub(crate) fn run(cmd: GoblinCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
                 "retries": st.map(|s| s.retries),
                 "signals": signals,
             });
-            out.emit(&v, || {
-                let mut s = match st {
+            out.emit_lines(&v, || {
+                let mut lines = vec![match st {
                     Some(st) => format!("stage: {} (retries {})", st.stage.as_str(), st.retries),
                     None => "stage: unknown (no watch has run here)".to_string(),
-                };
+                }];
                 for sig in &signals {
-                    s.push_str(&format!(
-                        "\n{:<26} {:<9} {}",
+                    lines.push(format!(
+                        "{:<26} {:<9} {}",
                         sig["signal"].as_str().unwrap_or(""),
                         sig["state"].as_str().unwrap_or(""),
                         match &sig["detail"] {
@@ -120,18 +120,26 @@ pub(crate) fn run(cmd: GoblinCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
                     ));
                 }
                 if signals.is_empty() {
-                    s.push_str("\nno signal files");
+                    lines.push("no signal files".into());
                 }
-                s
+                lines
             })?;
             Ok(ExitCode::SUCCESS)
         }
         GoblinCmd::Clean { worktree } => {
             let g = Goblin::open(&worktree)?;
-            for p in g.clean()? {
-                out.emit(&json!({"removed": path_json(&p)}), || {
-                    format!("removed {}", p.display())
-                })?;
+            let removed = g.clean()?;
+            // `removed` is a count in every command's JSON (as in `gc`); the paths beside it.
+            let paths: Vec<_> = removed.iter().map(|p| path_json(p)).collect();
+            if out.is_json() {
+                out.emit(
+                    &json!({"removed": removed.len(), "paths": paths}),
+                    String::new,
+                )?;
+            } else {
+                for p in &removed {
+                    out.line(&format!("removed {}", p.display()))?;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

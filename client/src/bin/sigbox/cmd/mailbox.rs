@@ -16,7 +16,9 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::{flag, low_level};
 
 use crate::cli::{AgentArgs, SendArgs, WaitArgs};
-use crate::output::{Out, age, escape, path_json, signal_human, signal_json, target_json};
+use crate::output::{
+    Out, age, age_ms, escape, instant_json, path_json, signal_human, signal_json, target_json,
+};
 
 pub(crate) fn init(root: &Path, shared: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mb = super::options().shared(shared).init(root)?;
@@ -92,7 +94,7 @@ pub(crate) fn poll(root: &Path, args: &AgentArgs, out: &mut Out) -> anyhow::Resu
     let control = interrupts.control(args.max);
     cp.poll_with(&control, &mut |group| print_signals(out, group))?;
     interrupts.finish(out)?;
-    tell(&cp.take_notes(), out.is_json());
+    tell(&cp.take_notes());
     if let Some(e) = cp.take_error() {
         return Err(e.into());
     }
@@ -102,7 +104,7 @@ pub(crate) fn poll(root: &Path, args: &AgentArgs, out: &mut Out) -> anyhow::Resu
 /// Says on stderr what the passes did besides delivering (with `-v`, or when stderr is a
 /// terminal): what was buffered for whom, archived, quarantined and why, and when a file
 /// still settling becomes eligible. One line each; a JSON object each under `--json`.
-fn tell(notes: &sigbox_client::Notes, json: bool) {
+fn tell(notes: &sigbox_client::Notes) {
     if !super::telling() {
         return;
     }
@@ -141,14 +143,8 @@ fn tell(notes: &sigbox_client::Notes, json: bool) {
             ),
         ));
     }
-    let mut err = std::io::stderr().lock();
     for (v, line) in lines {
-        let text = if json {
-            v.to_string()
-        } else {
-            format!("sigbox: {}", escape(&line))
-        };
-        let _ = writeln!(err, "{text}");
+        warn_line(&v, &line);
     }
 }
 
@@ -177,7 +173,7 @@ pub(crate) fn wait(root: &Path, args: WaitArgs, out: &mut Out) -> anyhow::Result
         print_signals(out, group)
     })?;
     interrupts.finish(out)?;
-    tell(&cp.take_notes(), out.is_json());
+    tell(&cp.take_notes());
     if let Some(e) = cp.take_error() {
         return Err(e.into());
     }
@@ -263,7 +259,8 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
             "kind": kind, "id": p.id, "type": type_name, "known_type": known.is_some(),
             "target": target_json(&p.target),
             "buffered_for": p.buffered_for, "path": path_json(&p.path),
-            "created_ns": p.instant.to_string(), "age": age(p.instant), "acked_by": acked,
+            "created_at": instant_json(p.instant), "age_ms": age_ms(p.instant),
+            "acked_by": acked,
         });
         out.emit(&v, || {
             let mut line = format!(
@@ -311,10 +308,20 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
                     p.path.display()
                 ),
             ),
-            _ => (
-                json!({"kind": "in_flight", "path": path, "reason": p.reason()}),
-                format!("  --  {}  ({})", p.path.display(), p.reason()),
-            ),
+            // Claimed and not yet handed over (by a running consumer, or one that stopped),
+            // or a leftover second link the next pass resolves.
+            kind => {
+                let (agent, count, live) = match kind {
+                    ProblemKind::Held { agent, count } => (Some(agent), Some(count), true),
+                    ProblemKind::InFlight { agent, count } => (Some(agent), Some(count), false),
+                    _ => (None, None, false),
+                };
+                (
+                    json!({"kind": "in_flight", "path": path, "agent": agent, "count": count,
+                           "live": live, "reason": p.reason()}),
+                    format!("  --  {}  ({})", p.path.display(), p.reason()),
+                )
+            }
         };
         out.emit(&v, || line.clone())?;
     }
@@ -334,6 +341,7 @@ fn rfc3339(t: SystemTime) -> String {
 
 pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mb = super::open(root)?;
+    let mut unreadable = 0usize;
     for rec in mb.processed()? {
         match rec {
             Ok(s) => {
@@ -343,7 +351,7 @@ pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
                     "id": s.id, "type": s.signal_type.as_str(), "target": target_json(&s.target),
                     "message": s.message, "handled_by": h.handled_by,
                     "handled_at": h.handled_at, "action_taken": h.action_taken,
-                    "delivery_status": status, "unacked_agents": h.unacked_agents,
+                    "status": status, "unacked": h.unacked_agents,
                 });
                 let shown = |v: &Option<String>| v.as_deref().unwrap_or("?").to_string();
                 out.emit(&v, || {
@@ -362,12 +370,32 @@ pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
                     line
                 })?;
             }
+            // A record it cannot read is said on stderr, the rest still listed; the exit
+            // status then says the history shown is not whole.
             Err(e) => {
-                out.emit(&json!({"error": e.to_string()}), || format!("error: {e}"))?;
+                unreadable += 1;
+                warn_line(
+                    &json!({"event": "unreadable", "path": e.path().map(path_json), "reason": e.to_string()}),
+                    &format!("cannot read a record: {e}"),
+                );
             }
         }
     }
+    out.flush()?;
+    if unreadable > 0 {
+        anyhow::bail!("{unreadable} record(s) in processed/ could not be read (listed above)");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line on stderr: `sigbox: <line>` (control characters escaped), or `v` under `--json`.
+pub(crate) fn warn_line(v: &serde_json::Value, line: &str) {
+    let text = if super::json() {
+        v.to_string()
+    } else {
+        format!("sigbox: {}", escape(line))
+    };
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 pub(crate) fn doctor(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
@@ -416,12 +444,26 @@ pub(crate) fn gc(
     root: &Path,
     older_than: Duration,
     limit: usize,
+    rejected: bool,
     out: &mut Out,
 ) -> anyhow::Result<ExitCode> {
-    let n = super::open(root)?.gc(older_than, limit)?;
-    out.emit(&json!({"removed": n}), || {
-        format!("removed {n} stale staging file(s)")
-    })?;
+    let mb = super::open(root)?;
+    let stages = mb.gc(older_than, limit)?;
+    let quarantined = if rejected {
+        mb.clear_rejected(older_than)?
+    } else {
+        0
+    };
+    out.emit(
+        &json!({"removed": stages + quarantined, "staging": stages, "rejected": quarantined}),
+        || {
+            let mut line = format!("removed {stages} stale staging file(s)");
+            if rejected {
+                line.push_str(&format!(" and {quarantined} quarantined file(s)"));
+            }
+            line
+        },
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -18,6 +18,19 @@ static OPTIONS: OnceLock<sigbox::MailboxOptions> = OnceLock::new();
 /// `-v` given at least once: commands say on stderr what they did besides their output.
 static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// `--json` given: machine output everywhere, stderr included.
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records `--json`.
+pub(crate) fn set_json(json: bool) {
+    JSON.store(json, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// True under `--json`.
+pub(crate) fn json() -> bool {
+    JSON.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Records `-v`.
 pub(crate) fn set_verbose(verbose: bool) {
     VERBOSE.store(verbose, std::sync::atomic::Ordering::Relaxed);

@@ -73,6 +73,16 @@ pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             project_root,
         } => {
             let (session, dir) = session_dirs(&project_root, &session, signals_dir.as_deref())?;
+            // A session that does not exist is an error, not a report of zeros: a typo in
+            // its name must not read as "nothing done yet".
+            match std::fs::symlink_metadata(&session) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => anyhow::bail!("{}: the session is not a directory", session.display()),
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("{}: no such session directory", session.display())));
+                }
+            }
             let found = mux::find(&session, dir.as_deref())?;
             warn_misplaced(&found);
             verify(&found, &action, out)

@@ -71,17 +71,30 @@ pub(crate) fn read_document(path: &Path) -> std::io::Result<Vec<u8>> {
 pub(crate) fn flux(cmd: FluxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
     match cmd {
         FluxCmd::Parse { file } => {
+            // Exit 1 when a `flux:signal` line was not a valid signal (each is printed as an
+            // error event), as `flux result` does for an invalid document.
             let mut p = FluxParser::default();
+            let mut invalid = 0usize;
+            let mut print = |e: &sigbox::flux::FluxEvent, out: &mut Out| {
+                if !matches!(e, sigbox::flux::FluxEvent::Signal(_)) {
+                    invalid += 1;
+                }
+                out.line(&e.to_json().to_string())
+            };
             for_each_chunk(file.as_deref(), |chunk| {
                 for e in p.feed(chunk) {
-                    out.line(&e.to_json().to_string())?;
+                    print(&e, out)?;
                 }
                 Ok(())
             })?;
             for e in p.finish() {
-                out.line(&e.to_json().to_string())?;
+                print(&e, out)?;
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(if invalid == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         FluxCmd::Result { path } => {
             let bytes = read_document(&path)

@@ -52,12 +52,25 @@ struct Tap {
     from: String,
     to: Target,
     progress_bar: bool,
-    stderr: Mutex<()>,
+    /// `--json`: each signal sent is reported on stderr as one JSON object.
+    json: bool,
+    /// What the terminal shows, guarded with stderr: see [`Screen`].
+    stderr: Mutex<Screen>,
     failed: AtomicBool,
     progress: Mutex<Option<(i64, String)>>,
     /// When a pump last read or handled something: after the command exits, output is
     /// drained for as long as it keeps coming.
     last_activity: Mutex<Instant>,
+}
+
+/// The terminal's state, for the progress bar: the bar is drawn only on a line of its own,
+/// never over output the command left without a newline (a prompt).
+#[derive(Default)]
+struct Screen {
+    /// The bar is on the terminal's last line now.
+    bar_shown: bool,
+    /// The command's last output did not end its line.
+    line_open: bool,
 }
 
 impl Tap {
@@ -77,6 +90,16 @@ impl Tap {
         s.target(self.to.clone()).from(self.from.clone());
         let sent = self.mailbox.send(&s);
         self.active();
+        if let Ok(id) = &sent
+            && self.json
+        {
+            let v = serde_json::json!({
+                "event": "sent", "id": id, "type": s.signal_type().as_str(),
+                "target": crate::output::target_json(&self.to), "from": self.from,
+            });
+            let _g = self.stderr.lock();
+            let _ = writeln!(std::io::stderr(), "{v}");
+        }
         if let Err(e) = sent {
             self.failed.store(true, Ordering::Relaxed);
             let _g = self.stderr.lock();
@@ -87,8 +110,12 @@ impl Tap {
         }
     }
 
-    fn draw_bar(&self, err: &mut std::io::StderrLock<'_>) {
+    fn draw_bar(&self, screen: &mut Screen, err: &mut std::io::StderrLock<'_>) {
+        if screen.line_open {
+            return;
+        }
         if let Some((p, phase)) = &*self.progress.lock().unwrap_or_else(|e| e.into_inner()) {
+            screen.bar_shown = true;
             let filled = (*p as usize * 30) / 100;
             let _ = write!(
                 err,
@@ -102,11 +129,12 @@ impl Tap {
 
     /// Passes a chunk of the child's output through unchanged, now.
     fn pass_through(&self, is_stderr: bool, chunk: &[u8]) {
-        let _g = self.stderr.lock();
+        let mut screen = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
         if is_stderr || self.progress_bar {
             let mut err = std::io::stderr().lock();
-            if self.progress_bar {
+            if screen.bar_shown {
                 let _ = err.write_all(b"\r\x1b[2K");
+                screen.bar_shown = false;
             }
             if is_stderr {
                 let _ = err.write_all(chunk);
@@ -118,8 +146,11 @@ impl Tap {
             let _ = out.write_all(chunk);
             let _ = out.flush();
         }
-        if self.progress_bar && chunk.ends_with(b"\n") {
-            self.draw_bar(&mut std::io::stderr().lock());
+        if !chunk.is_empty() {
+            screen.line_open = !chunk.ends_with(b"\n");
+        }
+        if self.progress_bar {
+            self.draw_bar(&mut screen, &mut std::io::stderr().lock());
         }
     }
 
@@ -169,8 +200,8 @@ impl Tap {
                     *p = Some((progress, phase));
                 }
                 if self.progress_bar {
-                    let _g = self.stderr.lock();
-                    self.draw_bar(&mut std::io::stderr().lock());
+                    let mut screen = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+                    self.draw_bar(&mut screen, &mut std::io::stderr().lock());
                 }
                 self.send(tap::from_pilot(&s));
             }
@@ -207,6 +238,7 @@ pub(crate) fn run(
     from: &str,
     to: &str,
     command: &[String],
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
     let mailbox = super::open(root)?;
     let to = Target::parse(Some(to)).map_err(anyhow::Error::msg)?;
@@ -240,8 +272,9 @@ pub(crate) fn run(
         mailbox,
         from: from.to_string(),
         to,
-        progress_bar: std::io::stderr().is_terminal(),
-        stderr: Mutex::new(()),
+        progress_bar: !json && std::io::stderr().is_terminal(),
+        json,
+        stderr: Mutex::new(Screen::default()),
         failed: AtomicBool::new(false),
         progress: Mutex::new(None),
         last_activity: Mutex::new(Instant::now()),
@@ -276,7 +309,12 @@ pub(crate) fn run(
             "tap: the command exited, but a process it started still holds its output; not waiting for it"
         );
     }
-    if tap.progress_bar && tap.progress.lock().map(|p| p.is_some()).unwrap_or(false) {
+    if tap
+        .stderr
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .bar_shown
+    {
         eprintln!();
     }
     let code = match status.code() {
