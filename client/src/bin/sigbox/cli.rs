@@ -134,6 +134,16 @@ pub(crate) enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
+    /// Answer a coding agent's hook: read its event on stdin, run one checkpoint pass for the
+    /// agent, print the answer in the runtime's envelope (nothing when nothing is pending).
+    #[command(after_help = "Examples:
+  echo '{\"hook_event_name\": \"PreToolUse\"}' | sigbox hook claude --as Executor
+  sigbox hook copilot --as Executor --event preToolUse < event.json
+See spec/hooks.md for what each signal becomes, per runtime and event.")]
+    Hook(HookArgs),
+    /// Install or remove sigbox's hooks in a coding agent's settings.
+    #[command(subcommand)]
+    Hooks(HooksCmd),
     /// Run a short demonstration on a fresh mailbox in a temporary directory.
     #[command(after_help = "Example:\n  sigbox demo")]
     Demo {
@@ -141,6 +151,94 @@ pub(crate) enum Command {
         #[arg(long)]
         keep: bool,
     },
+}
+
+/// A coding agent runtime whose hooks sigbox answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Runtime {
+    /// Claude Code.
+    Claude,
+    /// OpenAI Codex CLI.
+    Codex,
+    /// GitHub Copilot (CLI and cloud agent).
+    Copilot,
+}
+
+impl Runtime {
+    /// Its name on the command line.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Claude => "claude",
+            Runtime::Codex => "codex",
+            Runtime::Copilot => "copilot",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HookArgs {
+    /// The runtime calling: its envelope is read and answered.
+    #[arg(value_enum)]
+    pub(crate) runtime: Runtime,
+    /// The agent this hook checks in for.
+    #[arg(long = "as")]
+    pub(crate) agent: String,
+    /// The agent's state (the orchestrator's approval states admit APPROVE and SKIP).
+    #[arg(long)]
+    pub(crate) state: Option<String>,
+    /// The hook event, when the event JSON does not name it (Copilot's does not).
+    #[arg(long)]
+    pub(crate) event: Option<String>,
+    /// How long a tool call is held while a PAUSE is in force before it is denied; keep it
+    /// under the runtime's hook time limit.
+    #[arg(long, default_value = "25s", value_parser = parse_duration)]
+    pub(crate) pause_wait: Duration,
+    /// Fail (exit 2) on a malformed or unknown event instead of answering nothing.
+    #[arg(long)]
+    pub(crate) strict: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum HooksCmd {
+    /// Merge sigbox's hook entries into the runtime's settings (every other hook and setting
+    /// kept; idempotent; written atomically, the old file kept as `<file>.sigbox-backup`).
+    #[command(after_help = "Examples:
+  sigbox hooks install claude --as Executor --dry-run
+  sigbox --root /srv/signals hooks install codex --as Executor --project .
+  sigbox hooks install copilot --as Executor --user")]
+    Install {
+        #[arg(value_enum)]
+        runtime: Runtime,
+        /// The agent the hooks check in for.
+        #[arg(long = "as")]
+        agent: String,
+        #[command(flatten)]
+        place: HooksPlace,
+        /// The agent's state, passed to every hook call.
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// Remove sigbox's hook entries from the runtime's settings, keeping everything else.
+    #[command(after_help = "Example:\n  sigbox hooks uninstall claude --project .")]
+    Uninstall {
+        #[arg(value_enum)]
+        runtime: Runtime,
+        #[command(flatten)]
+        place: HooksPlace,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HooksPlace {
+    /// The project whose settings to change (default: the current directory).
+    #[arg(long, conflicts_with = "user")]
+    pub(crate) project: Option<PathBuf>,
+    /// The user's settings instead of a project's.
+    #[arg(long)]
+    pub(crate) user: bool,
+    /// Print the file as it would be written; change nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
 }
 
 #[derive(Debug, Subcommand)]

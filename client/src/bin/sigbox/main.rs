@@ -114,6 +114,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         }
         Command::Demo { keep } => cmd::demo::run(keep, &mut out)?,
+        Command::Hook(args) => {
+            // The hook writes its answer itself, once, after the pass.
+            drop(out);
+            return cmd::hook::run(&root, &args);
+        }
+        Command::Hooks(c) => cmd::hooks::run(&root, c, &mut out)?,
         Command::Goblin(c) => cmd::goblin::run(c, &mut out)?,
         Command::Mux(c) => cmd::mux::run(c, &mut out)?,
         Command::Flux(c) => cmd::streams::flux(c, &mut out)?,

@@ -1,0 +1,444 @@
+//! `sigbox hook RUNTIME --as AGENT`: one checkpoint pass inside a coding agent's hook, answered
+//! in that runtime's envelope (spec/hooks.md). Nothing pending: no output, exit 0.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use sigbox::{NewSignal, Signal, SignalType, Target};
+use sigbox_client::Checkpoint;
+
+use crate::cli::{HookArgs, Runtime};
+
+/// The most of an event read from stdin: a tool's whole output can ride in a PostToolUse.
+const MAX_EVENT: u64 = 16 << 20;
+
+/// The lifecycle events sigbox answers, by what they can carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    SessionStart,
+    UserPrompt,
+    PreTool,
+    PostTool,
+    Stop,
+}
+
+impl Event {
+    /// The event a runtime's name stands for; `None` for events sigbox does not answer.
+    pub(crate) fn parse(runtime: Runtime, name: &str) -> Option<Event> {
+        Some(match (runtime, name) {
+            (Runtime::Claude | Runtime::Codex, "SessionStart")
+            | (Runtime::Copilot, "sessionStart") => Event::SessionStart,
+            (Runtime::Claude | Runtime::Codex, "UserPromptSubmit") => Event::UserPrompt,
+            (Runtime::Claude | Runtime::Codex, "PreToolUse") | (Runtime::Copilot, "preToolUse") => {
+                Event::PreTool
+            }
+            (Runtime::Claude | Runtime::Codex, "PostToolUse")
+            | (Runtime::Copilot, "postToolUse") => Event::PostTool,
+            (Runtime::Claude | Runtime::Codex, "Stop") | (Runtime::Copilot, "agentStop") => {
+                Event::Stop
+            }
+            _ => return None,
+        })
+    }
+
+    /// The runtime's name for it (what `hookEventName` must say).
+    pub(crate) fn name(self, runtime: Runtime) -> &'static str {
+        match (runtime, self) {
+            (Runtime::Copilot, Event::SessionStart) => "sessionStart",
+            (Runtime::Copilot, Event::UserPrompt) => "userPromptSubmitted",
+            (Runtime::Copilot, Event::PreTool) => "preToolUse",
+            (Runtime::Copilot, Event::PostTool) => "postToolUse",
+            (Runtime::Copilot, Event::Stop) => "agentStop",
+            (_, Event::SessionStart) => "SessionStart",
+            (_, Event::UserPrompt) => "UserPromptSubmit",
+            (_, Event::PreTool) => "PreToolUse",
+            (_, Event::PostTool) => "PostToolUse",
+            (_, Event::Stop) => "Stop",
+        }
+    }
+
+    /// The events `hooks install` registers for a runtime: every one sigbox can answer in.
+    /// Copilot's userPromptSubmitted ignores its answer, so it is not registered.
+    pub(crate) fn installed(runtime: Runtime) -> &'static [Event] {
+        match runtime {
+            Runtime::Copilot => &[
+                Event::SessionStart,
+                Event::PreTool,
+                Event::PostTool,
+                Event::Stop,
+            ],
+            _ => &[
+                Event::SessionStart,
+                Event::UserPrompt,
+                Event::PreTool,
+                Event::PostTool,
+                Event::Stop,
+            ],
+        }
+    }
+}
+
+/// What the signals of one hook call ask of the agent.
+#[derive(Debug, Default)]
+struct Verdict {
+    /// An ABORT: stop the agent. The text names it.
+    abort: Option<String>,
+    /// A PAUSE still in force (no RESUME, ABORT or STEER after it): the PAUSE itself.
+    pause: Option<Signal>,
+    /// What the model should read, one line per signal, oldest first.
+    notes: Vec<String>,
+    /// Some note is more than a RESUME (a STEER, an INFO, an approval): worth holding a tool
+    /// call back for where nothing else can carry it.
+    news: bool,
+}
+
+/// The instant a PAUSE or RESUME counts from: a PAUSE carried over by an earlier hook call
+/// keeps the instant of the one it carries (`paused_since`), so a RESUME sent meanwhile is
+/// still later than it.
+fn control_instant(s: &Signal) -> Option<i64> {
+    s.fields
+        .get("paused_since")
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .or(s.created_at)
+        .and_then(|t| t.timestamp_nanos_opt())
+}
+
+/// One line a model reads about a signal: type, sender, time, text.
+fn describe(s: &Signal) -> String {
+    let mut line = format!("[sigbox] {}", s.signal_type.as_str());
+    if let Some(f) = &s.from {
+        line.push_str(&format!(" from {f}"));
+    }
+    if let Some(t) = s.created_at {
+        line.push_str(&format!(
+            " at {}",
+            t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ));
+    }
+    match s.message.as_deref().filter(|m| !m.trim().is_empty()) {
+        Some(m) => line.push_str(&format!(": {m}")),
+        None => line.push_str(": (no message)"),
+    }
+    if s.redelivery() > 0 {
+        line.push_str(" (delivered again: a previous hook could not answer)");
+    }
+    line
+}
+
+/// Folds the signals of a call into what the agent must do. A PAUSE is in force unless a
+/// RESUME counts from a later instant ([`control_instant`]: a carried PAUSE keeps its
+/// original's), or an ABORT or a STEER came after it.
+fn judge(signals: &[Signal]) -> Verdict {
+    let mut v = Verdict::default();
+    let mut pause: Option<&Signal> = None;
+    let mut resumed_at: Option<i64> = None;
+    for s in signals {
+        match s.signal_type {
+            SignalType::Abort => {
+                v.abort.get_or_insert_with(|| describe(s));
+                pause = None;
+            }
+            SignalType::Pause => {
+                let at = control_instant(s);
+                let resumed_later = resumed_at.is_some_and(|r| at.is_none_or(|a| r >= a));
+                let newer = pause.is_none_or(|p| at >= control_instant(p));
+                if !resumed_later && newer {
+                    pause = Some(s);
+                }
+            }
+            SignalType::Resume => {
+                let at = control_instant(s);
+                resumed_at = resumed_at.max(at);
+                if pause.is_some_and(|p| at >= control_instant(p)) {
+                    pause = None;
+                }
+                v.notes.push(describe(s));
+            }
+            SignalType::Steer => {
+                pause = None;
+                v.news = true;
+                v.notes.push(describe(s));
+            }
+            _ => {
+                v.news = true;
+                v.notes.push(describe(s));
+            }
+        }
+    }
+    v.pause = pause.cloned();
+    v
+}
+
+/// The answer to write, or `None` for no output (exit 0: the agent goes on as if no hook ran).
+fn answer(runtime: Runtime, event: Event, v: &Verdict, pause_text: Option<&str>) -> Option<Value> {
+    let notes = v.notes.join("\n");
+    let has_notes = !notes.is_empty();
+    // ABORT first: it ends the run.
+    if let Some(a) = &v.abort {
+        let reason = format!(
+            "{a}\nStop now: do not call more tools; end your turn with a one-line summary."
+        );
+        return Some(match (runtime, event) {
+            // Codex's PreToolUse cannot stop the agent (`continue` must stay true): the call
+            // is denied with the reason, and the next event stops it.
+            (Runtime::Codex, Event::PreTool) => deny(runtime, &with_notes(&reason, &notes)),
+            (Runtime::Claude | Runtime::Codex, _) => {
+                json!({"continue": false, "stopReason": with_notes(a, &notes)})
+            }
+            (Runtime::Copilot, Event::PreTool) => deny(runtime, &with_notes(&reason, &notes)),
+            // Copilot has no way to stop from here: the model is told, and its next tool
+            // call is denied.
+            (Runtime::Copilot, Event::PostTool | Event::SessionStart) => {
+                json!({"additionalContext": with_notes(&reason, &notes)})
+            }
+            (Runtime::Copilot, _) => json!({"decision": "allow", "reason": with_notes(a, &notes)}),
+        });
+    }
+    if let Some(p) = pause_text {
+        let text = format!(
+            "{p}\nPaused: do not call tools and do not start new work until a RESUME arrives. \
+             End your turn now."
+        );
+        return Some(match event {
+            Event::PreTool => deny(runtime, &with_notes(&text, &notes)),
+            // Ending the turn is what a pause wants: let it end (spending nothing meanwhile).
+            Event::Stop if !has_notes => return None,
+            Event::Stop => block_stop(runtime, &with_notes(&text, &notes)),
+            _ => context(runtime, event, &with_notes(&text, &notes))?,
+        });
+    }
+    if !has_notes {
+        return None;
+    }
+    Some(match event {
+        Event::Stop => block_stop(runtime, &notes),
+        // Copilot's preToolUse carries no context: the call is held back with the signals as
+        // the reason, so the model reads them before it acts.
+        Event::PreTool if runtime == Runtime::Copilot && !v.news => return None,
+        Event::PreTool if runtime == Runtime::Copilot => deny(
+            runtime,
+            &format!(
+                "{notes}\nThe call was held back so that you read this first; make it again if \
+                 it still fits."
+            ),
+        ),
+        _ => context(runtime, event, &notes)?,
+    })
+}
+
+fn with_notes(text: &str, notes: &str) -> String {
+    if notes.is_empty() {
+        text.to_string()
+    } else {
+        format!("{notes}\n{text}")
+    }
+}
+
+fn deny(runtime: Runtime, reason: &str) -> Value {
+    match runtime {
+        Runtime::Copilot => {
+            json!({"permissionDecision": "deny", "permissionDecisionReason": reason})
+        }
+        _ => json!({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        }}),
+    }
+}
+
+fn block_stop(_runtime: Runtime, reason: &str) -> Value {
+    json!({"decision": "block", "reason": reason})
+}
+
+/// Text for the model on an event that carries it; `None` where the runtime has no such
+/// channel (the signals then wait: see [`carries`]).
+fn context(runtime: Runtime, event: Event, text: &str) -> Option<Value> {
+    match runtime {
+        Runtime::Copilot => matches!(event, Event::PostTool | Event::SessionStart)
+            .then(|| json!({"additionalContext": text})),
+        _ => Some(json!({"hookSpecificOutput": {
+            "hookEventName": event.name(runtime),
+            "additionalContext": text,
+        }})),
+    }
+}
+
+/// True when an answer on this event can carry signals; a pass runs only then, so that no
+/// signal is claimed by a call that could not hand it over.
+fn carries(runtime: Runtime, event: Event) -> bool {
+    !(runtime == Runtime::Copilot && event == Event::UserPrompt)
+}
+
+/// Reads the event from stdin. `Err` says why it is not one sigbox answers.
+fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<Event, String> {
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_EVENT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read the event from stdin: {e}"))?;
+    if bytes.len() as u64 > MAX_EVENT {
+        return Err(format!("the event is over {MAX_EVENT} bytes"));
+    }
+    let v: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("the event on stdin is not JSON: {e}"))?;
+    if !v.is_object() {
+        return Err("the event on stdin is not a JSON object".into());
+    }
+    let name = match forced {
+        Some(n) => n.to_string(),
+        None => v
+            .get("hook_event_name")
+            .or_else(|| v.get("hookEventName"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| match runtime {
+                Runtime::Copilot => {
+                    "the event names no hook event: Copilot's does not, pass --event".to_string()
+                }
+                _ => "the event has no hook_event_name".to_string(),
+            })?
+            .to_string(),
+    };
+    Event::parse(runtime, &name).ok_or_else(|| format!("event {name:?} is not one sigbox answers"))
+}
+
+/// Carries a PAUSE over to the next hook call: sent again to the agent, keeping the instant
+/// it counts from, before this call hands the original over.
+fn carry_pause(cp: &Checkpoint, agent: &str, p: &Signal) -> sigbox::Result<String> {
+    let since = p
+        .fields
+        .get("paused_since")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| {
+            p.created_at
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
+        });
+    let mut s = NewSignal::new(SignalType::Pause);
+    s.target(Target::Agent(agent.to_string()));
+    if let Some(m) = &p.message {
+        s.message(m.clone());
+    }
+    if let Some(f) = &p.from {
+        s.from(f.clone());
+    }
+    if let Some(t) = since {
+        s.field("paused_since", json!(t));
+    }
+    let first = p
+        .fields
+        .get("pause_of")
+        .cloned()
+        .unwrap_or_else(|| json!(p.id));
+    s.field("pause_of", first);
+    cp.mailbox().send(&s)
+}
+
+pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
+    let quiet_fail = |why: String| -> anyhow::Result<ExitCode> {
+        if args.strict {
+            anyhow::bail!("hook: {why}");
+        }
+        // A hook must never break the agent: one line for the runtime's log, exit 0.
+        let _ = writeln!(
+            std::io::stderr(),
+            "sigbox hook: {}",
+            crate::output::escape(&why)
+        );
+        Ok(ExitCode::SUCCESS)
+    };
+    let event = match read_event(args.runtime, args.event.as_deref()) {
+        Ok(e) => e,
+        Err(why) => return quiet_fail(why),
+    };
+    if !carries(args.runtime, event) {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let agent = super::mailbox::agent_name(&args.agent)?;
+    let mut cp = match Checkpoint::with_options(&super::options(), root, &agent) {
+        Ok(cp) => cp,
+        Err(e) => return quiet_fail(format!("{e}")),
+    };
+    cp.state(args.state.as_deref());
+    let mut delivered = match cp.poll() {
+        Ok(s) => s,
+        Err(e) => return quiet_fail(format!("{e}")),
+    };
+    // A pass stops at a PAUSE (spec/mailbox.md §6): look again at once, so that a RESUME or
+    // STEER already waiting behind it is read in this call.
+    let mut again = 0;
+    while delivered
+        .last()
+        .is_some_and(|s| s.signal_type == SignalType::Pause)
+        && again < 16
+    {
+        again += 1;
+        match cp.poll() {
+            Ok(more) if !more.is_empty() => delivered.extend(more),
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "hook: a pass after a PAUSE failed");
+                break;
+            }
+        }
+    }
+    let mut verdict = judge(&delivered);
+    // A PAUSE in force before a tool call: hold the call, sleeping on filesystem events, until
+    // a RESUME, ABORT or STEER arrives or the bound passes (under the runtime's time limit).
+    if verdict.pause.is_some() && verdict.abort.is_none() && event == Event::PreTool {
+        let deadline = Instant::now() + args.pause_wait;
+        while verdict.pause.is_some() && verdict.abort.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match cp.wait(Some(left)) {
+                Ok(more) => {
+                    delivered.extend(more);
+                    verdict = judge(&delivered);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "hook: the wait for a RESUME failed");
+                    break;
+                }
+            }
+        }
+    }
+    // A PAUSE still in force is carried over before anything is handed over: never lost.
+    let pause_text = match (&verdict.pause, &verdict.abort) {
+        (Some(p), None) => {
+            if let Err(e) = carry_pause(&cp, &agent, p) {
+                // Not handed over either: this call's claims come back at the next call.
+                return quiet_fail(format!("cannot carry the PAUSE over: {e}"));
+            }
+            Some(describe(p))
+        }
+        _ => None,
+    };
+    // The PAUSE's own line is in `pause_text`; a resumed one already said RESUME in notes.
+    let answer = answer(args.runtime, event, &verdict, pause_text.as_deref());
+    if let Some(a) = &answer {
+        let mut out = std::io::stdout().lock();
+        let written = serde_json::to_writer(&mut out, a)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out))
+            .and_then(|()| out.flush());
+        if let Err(e) = written {
+            // Not handed over: the claims stay in flight and come back, marked, at the next
+            // call (spec/mailbox.md §9.2).
+            return quiet_fail(format!("cannot write the answer: {e}"));
+        }
+    }
+    // Handed over: acknowledged, never given again.
+    if !delivered.is_empty()
+        && let Err(e) = cp.ack()
+    {
+        return quiet_fail(format!("cannot acknowledge what was handed over: {e}"));
+    }
+    Ok(ExitCode::SUCCESS)
+}

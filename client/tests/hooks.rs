@@ -1,0 +1,652 @@
+//! `sigbox hook` and `sigbox hooks install|uninstall` (spec/hooks.md): each runtime's
+//! documented events in, answers checked against each runtime's documented output shape
+//! (spec/schemas/upstream/), every signal handed over once.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use sigbox::{Mailbox, NewSignal, SignalType, Target};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
+
+fn spec() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec")
+}
+
+fn fixture(runtime: &str, event: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/hooks")
+            .join(runtime)
+            .join(format!("{event}.json")),
+    )
+    .unwrap()
+}
+
+/// The runtime's documented output shape for `event`.
+fn output_schema(runtime: &str, event: &str) -> jsonschema::Validator {
+    let file = match runtime {
+        "codex" => {
+            let kebab = match event {
+                "PreToolUse" => "pre-tool-use",
+                "PostToolUse" => "post-tool-use",
+                "SessionStart" => "session-start",
+                "UserPromptSubmit" => "user-prompt-submit",
+                "Stop" => "stop",
+                other => panic!("{other}"),
+            };
+            format!("{kebab}.command.output.schema.json")
+        }
+        _ => format!("{event}.output.schema.json"),
+    };
+    let path = spec().join("schemas/upstream").join(runtime).join(file);
+    let schema: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn hook(root: &Path, runtime: &str, event: &str, extra: &[&str]) -> Output {
+    let mut c = Command::new(BIN);
+    c.arg("--root")
+        .arg(root)
+        .args(["hook", runtime, "--as", "Executor"])
+        .args(extra)
+        .env_remove("SIGBOX_ROOT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if runtime == "copilot" {
+        c.args(["--event", event]);
+    }
+    if !extra.contains(&"--pause-wait") {
+        c.args(["--pause-wait", "200ms"]);
+    }
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fixture(runtime, event))
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn send(mb: &Mailbox, ty: SignalType, msg: &str) {
+    mb.send(
+        NewSignal::new(ty)
+            .target(Target::Agent("Executor".into()))
+            .message(msg)
+            .from("alice"),
+    )
+    .unwrap();
+}
+
+/// Every string anywhere in the answer, joined: what the model or the user reads.
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(text_of).collect::<Vec<_>>().join("\n"),
+        Value::Object(o) => o.values().map(text_of).collect::<Vec<_>>().join("\n"),
+        _ => String::new(),
+    }
+}
+
+const EVENTS: [(&str, &[&str]); 3] = [
+    (
+        "claude",
+        &[
+            "SessionStart",
+            "UserPromptSubmit",
+            "PreToolUse",
+            "PostToolUse",
+            "Stop",
+        ],
+    ),
+    (
+        "codex",
+        &[
+            "SessionStart",
+            "UserPromptSubmit",
+            "PreToolUse",
+            "PostToolUse",
+            "Stop",
+        ],
+    ),
+    (
+        "copilot",
+        &["sessionStart", "preToolUse", "postToolUse", "agentStop"],
+    ),
+];
+
+/// What a case expects of the answer.
+fn expect(runtime: &str, event: &str, signal: &str, answer: Option<&Value>) -> Result<(), String> {
+    let stop_event = matches!(event, "Stop" | "agentStop");
+    let pre_tool = matches!(event, "PreToolUse" | "preToolUse");
+    let denied = |a: &Value| {
+        a.pointer("/hookSpecificOutput/permissionDecision")
+            .or_else(|| a.get("permissionDecision"))
+            == Some(&Value::from("deny"))
+    };
+    match (signal, answer) {
+        ("nothing", None) => Ok(()),
+        ("nothing", Some(a)) => Err(format!("nothing pending, but answered {a}")),
+        // Ending the turn is what a pause wants: no answer at Stop.
+        ("PAUSE", None) if stop_event => Ok(()),
+        // Copilot's preToolUse has no context channel: a RESUME alone lets the call run.
+        ("PAUSE+RESUME", None) if runtime == "copilot" && pre_tool => Ok(()),
+        (_, None) => Err("no answer".into()),
+        (_, Some(a)) => {
+            let text = text_of(a);
+            let wanted = match signal {
+                "PAUSE+RESUME" => "RESUME",
+                s => s,
+            };
+            if !text.contains(wanted) || !text.contains("from alice") {
+                return Err(format!(
+                    "the answer does not name the {wanted} and its sender: {a}"
+                ));
+            }
+            match signal {
+                "ABORT" => {
+                    let stops = a.get("continue") == Some(&Value::Bool(false));
+                    let ok = match (runtime, pre_tool) {
+                        ("claude", _) => stops,
+                        ("codex", true) | ("copilot", true) => denied(a),
+                        ("codex", false) => stops,
+                        // Copilot cannot stop from these: told, or let end.
+                        _ => true,
+                    };
+                    ok.then_some(()).ok_or(format!("ABORT does not stop: {a}"))
+                }
+                "PAUSE" if pre_tool => denied(a)
+                    .then_some(())
+                    .ok_or(format!("PAUSE does not hold the tool call: {a}")),
+                "STEER" | "INFO" if stop_event => (a.get("decision")
+                    == Some(&Value::from("block")))
+                .then_some(())
+                .ok_or(format!("Stop with a signal pending is not blocked: {a}")),
+                "PAUSE+RESUME" if pre_tool && denied(a) => {
+                    Err(format!("resumed, yet the call is denied: {a}"))
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+/// One named case per runtime × event × signal: the documented input in, the answer valid
+/// against the runtime's documented output shape, meaning what the signal means, and the
+/// signal handed over once (a second call answers nothing about it).
+#[test]
+fn every_runtime_event_and_signal_is_answered_in_the_documented_shape() {
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for (runtime, events) in EVENTS {
+        for event in events {
+            let schema = output_schema(runtime, event);
+            for signal in ["nothing", "STEER", "INFO", "ABORT", "PAUSE", "PAUSE+RESUME"] {
+                cases += 1;
+                let name = format!("{runtime} × {event} × {signal}");
+                let dir = tempfile::tempdir().unwrap();
+                let root = dir.path().join("signals");
+                let mb = Mailbox::init(&root).unwrap();
+                match signal {
+                    "nothing" => {}
+                    "PAUSE+RESUME" => {
+                        send(&mb, SignalType::Pause, "hold on");
+                        send(&mb, SignalType::Resume, "carry on");
+                    }
+                    s => send(&mb, SignalType::parse(s).unwrap(), "the message"),
+                }
+                let out = hook(&root, runtime, event, &[]);
+                if !out.status.success() || !out.stderr.is_empty() {
+                    failures.push(format!(
+                        "{name}: exit {:?}, stderr {}",
+                        out.status.code(),
+                        String::from_utf8_lossy(&out.stderr)
+                    ));
+                    continue;
+                }
+                let stdout = String::from_utf8(out.stdout).unwrap();
+                let answer: Option<Value> = if stdout.trim().is_empty() {
+                    None
+                } else {
+                    match serde_json::from_str(stdout.trim()) {
+                        Ok(v) => Some(v),
+                        Err(e) => {
+                            failures.push(format!("{name}: not JSON ({e}): {stdout}"));
+                            continue;
+                        }
+                    }
+                };
+                if let Some(a) = &answer {
+                    let errors: Vec<String> =
+                        schema.iter_errors(a).map(|e| e.to_string()).collect();
+                    if !errors.is_empty() {
+                        failures.push(format!("{name}: {a} is not valid: {errors:?}"));
+                        continue;
+                    }
+                }
+                if let Err(why) = expect(runtime, event, signal, answer.as_ref()) {
+                    failures.push(format!("{name}: {why}"));
+                    continue;
+                }
+                // Handed over once: what was answered is never answered again; a PAUSE in
+                // force is carried over (it is still in force at the next call).
+                let again = hook(&root, runtime, event, &[]);
+                let again = String::from_utf8(again.stdout).unwrap();
+                let pending: Vec<_> = mb.pending().unwrap();
+                match signal {
+                    "PAUSE" => {
+                        if pending.len() != 1 || pending[0].type_name != "PAUSE" {
+                            let pausing = again.contains("PAUSE");
+                            if !pausing {
+                                failures.push(format!("{name}: the PAUSE was lost: {pending:?}"));
+                            }
+                        }
+                    }
+                    _ => {
+                        if again.contains("the message") || again.contains("carry on") {
+                            failures.push(format!("{name}: answered twice: {again}"));
+                        }
+                        if !pending.is_empty() {
+                            failures.push(format!("{name}: left pending: {pending:?}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 14 * 6);
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A PAUSE holds a tool call until a RESUME arrives (woken by the event, not the bound), and
+/// the call then goes on with the RESUME as context.
+#[test]
+fn a_pause_holds_the_tool_call_until_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    let mb = Mailbox::init(&root).unwrap();
+    send(&mb, SignalType::Pause, "hold on");
+    let resumer = {
+        let root = root.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            send(&Mailbox::open(&root).unwrap(), SignalType::Resume, "go");
+        })
+    };
+    let out = hook(&root, "claude", "PreToolUse", &["--pause-wait", "60s"]);
+    resumer.join().unwrap();
+    let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        a.pointer("/hookSpecificOutput/permissionDecision"),
+        None,
+        "{a}"
+    );
+    assert!(text_of(&a).contains("RESUME"), "{a}");
+    assert!(mb.pending().unwrap().is_empty());
+    // And a PAUSE with no RESUME survives any number of calls.
+    send(&mb, SignalType::Pause, "hold on");
+    for _ in 0..3 {
+        let out = hook(&root, "codex", "PreToolUse", &[]);
+        let a: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {:?} / {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(
+            a.pointer("/hookSpecificOutput/permissionDecision"),
+            Some(&Value::from("deny")),
+            "{a}"
+        );
+    }
+    send(&mb, SignalType::Resume, "go");
+    let out = hook(&root, "codex", "PreToolUse", &[]);
+    let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        a.pointer("/hookSpecificOutput/permissionDecision")
+            .is_none(),
+        "{a}"
+    );
+    assert!(mb.pending().unwrap().is_empty());
+}
+
+/// A malformed or unknown event never breaks the agent: exit 0, no answer, one line on
+/// stderr; `--strict` makes it an error. Nothing is claimed.
+#[test]
+fn a_bad_event_answers_nothing_and_claims_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    let mb = Mailbox::init(&root).unwrap();
+    send(&mb, SignalType::Steer, "keep me");
+    for (input, strict) in [
+        ("not json", false),
+        ("[1, 2]", false),
+        ("{\"hook_event_name\": \"Notification\"}", false),
+        ("{}", false),
+        ("not json", true),
+    ] {
+        let mut c = Command::new(BIN);
+        c.arg("--root")
+            .arg(&root)
+            .args(["hook", "claude", "--as", "Executor"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if strict {
+            c.arg("--strict");
+        }
+        let mut child = c.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(if strict { 2 } else { 0 }),
+            "{input}"
+        );
+        assert!(out.stdout.is_empty(), "{input}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).lines().count(),
+            1,
+            "{input}"
+        );
+    }
+    assert_eq!(mb.pending().unwrap().len(), 1, "nothing claimed");
+}
+
+/// An answer that cannot be written hands nothing over: the next call gets the signal again,
+/// marked as a redelivery.
+#[test]
+fn an_answer_not_written_comes_back_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    let mb = Mailbox::init(&root).unwrap();
+    send(&mb, SignalType::Steer, "say it again");
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["hook", "claude", "--as", "Executor"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader is gone before the hook writes: its write fails (EPIPE).
+    drop(child.stdout.take());
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fixture("claude", "PostToolUse"))
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot write the answer"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again = hook(&root, "claude", "PostToolUse", &[]);
+    let text = String::from_utf8(again.stdout).unwrap();
+    assert!(text.contains("say it again"), "{text}");
+    assert!(text.contains("delivered again"), "{text}");
+    let third = hook(&root, "claude", "PostToolUse", &[]);
+    assert!(third.stdout.is_empty());
+}
+
+/// Two hook processes for one agent, racing over a thousand signals sent meanwhile: each
+/// signal is in exactly one answer.
+#[test]
+fn two_hooks_racing_hand_each_signal_over_once() {
+    const N: usize = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    Mailbox::init(&root).unwrap();
+    let sender = {
+        let root = root.clone();
+        std::thread::spawn(move || {
+            let mb = Mailbox::open(&root).unwrap();
+            for i in 0..N {
+                send(&mb, SignalType::Info, &format!("m{i}."));
+            }
+        })
+    };
+    let racer = |root: PathBuf| {
+        std::thread::spawn(move || {
+            let mut seen: Vec<String> = Vec::new();
+            let mut idle = 0;
+            while idle < 20 {
+                let out = hook(&root, "claude", "PostToolUse", &[]);
+                assert!(out.status.success());
+                if out.stdout.is_empty() {
+                    idle += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
+                }
+                idle = 0;
+                let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+                for line in text_of(&a).lines() {
+                    if let Some(m) = line.split(": ").nth(1) {
+                        seen.push(m.to_string());
+                    }
+                }
+            }
+            seen
+        })
+    };
+    let a = racer(root.clone());
+    let b = racer(root.clone());
+    sender.join().unwrap();
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    assert!(
+        !a.is_empty() && !b.is_empty(),
+        "both took part: {} / {}",
+        a.len(),
+        b.len()
+    );
+    let mut count: HashMap<String, usize> = HashMap::new();
+    for m in a.iter().chain(&b) {
+        *count.entry(m.clone()).or_default() += 1;
+    }
+    let twice: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "handed over twice: {twice:?}");
+    for i in 0..N {
+        assert!(
+            count.contains_key(&format!("m{i}.")),
+            "m{i} never handed over"
+        );
+    }
+}
+
+fn sigbox(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("SIGBOX_ROOT")
+        .output()
+        .unwrap()
+}
+
+/// Install and uninstall keep every other hook and setting, are idempotent, write a backup,
+/// and refuse a malformed settings file without touching it.
+#[test]
+fn install_and_uninstall_round_trip_on_existing_settings() {
+    let cases: [(&str, &str, &str); 3] = [
+        (
+            "claude",
+            ".claude/settings.json",
+            r#"{"model": "opus", "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./guard.sh"}]}], "Notification": [{"hooks": [{"type": "command", "command": "notify-send hi"}]}]}, "permissions": {"allow": ["Bash(ls)"]}}"#,
+        ),
+        (
+            "codex",
+            ".codex/hooks.json",
+            r#"{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "python3 check.py", "timeout": 30}]}]}}"#,
+        ),
+        (
+            "copilot",
+            ".github/hooks/sigbox.json",
+            r#"{"version": 1, "hooks": {"preToolUse": [{"type": "command", "bash": "./audit.sh", "timeoutSec": 10}]}}"#,
+        ),
+    ];
+    for (runtime, file, original) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, original).unwrap();
+        let before: Value = serde_json::from_str(original).unwrap();
+        // Dry run: nothing written.
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor", "--dry-run"],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), original);
+        let out = sigbox(
+            dir.path(),
+            &["--json", "hooks", "install", runtime, "--as", "Executor"],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let installed: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        // Everything that was there is still there.
+        for (k, v) in before.as_object().unwrap() {
+            if k != "hooks" {
+                assert_eq!(&installed[k], v, "{runtime}: {k}");
+            }
+        }
+        for (event, groups) in before["hooks"].as_object().unwrap() {
+            for g in groups.as_array().unwrap() {
+                assert!(
+                    installed["hooks"][event].as_array().unwrap().contains(g),
+                    "{runtime}: {event} lost {g}"
+                );
+            }
+        }
+        let text = installed.to_string();
+        assert!(
+            text.contains("hook ") && text.contains("--as Executor"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(format!("{file}.sigbox-backup"))).unwrap(),
+            original
+        );
+        // Idempotent.
+        let out = sigbox(
+            dir.path(),
+            &["--json", "hooks", "install", runtime, "--as", "Executor"],
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["changed"], false, "{runtime}: {report}");
+        assert_eq!(
+            serde_json::from_slice::<Value>(&std::fs::read(&path).unwrap()).unwrap(),
+            installed
+        );
+        // The installed command really answers: run it as the runtime would.
+        let out = sigbox(dir.path(), &["hooks", "uninstall", runtime]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let after: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(
+            after, before,
+            "{runtime}: uninstall gives back the original"
+        );
+        // A malformed file is refused and left as it was.
+        let broken = "{\"hooks\": {\"PreToolUse\": [";
+        std::fs::write(&path, broken).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("untouched"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), broken);
+        std::fs::write(&path, r#"{"hooks": {"PreToolUse": "oops"}}"#).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        assert_eq!(out.status.code(), Some(2));
+    }
+}
+
+/// The command `hooks install` writes runs as written and answers for the mailbox it names.
+#[test]
+fn the_installed_command_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("my signals");
+    let mb = Mailbox::init(&root).unwrap();
+    let out = sigbox(
+        dir.path(),
+        &[
+            "--root",
+            "my signals",
+            "hooks",
+            "install",
+            "claude",
+            "--as",
+            "Executor",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let settings: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(".claude/settings.json")).unwrap())
+            .unwrap();
+    let command = settings["hooks"]["PostToolUse"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    send(&mb, SignalType::Steer, "from the installed hook");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut child = Command::new("sh")
+        .args(["-c", &command])
+        .current_dir(elsewhere.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fixture("claude", "PostToolUse"))
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("from the installed hook"),
+        "{command}"
+    );
+}
