@@ -16,6 +16,7 @@ echo "## Checkpoint pass and durable send"; ./target/release/checkpoint "$dir"
 echo; echo "## Against the field"; ./target/release/field "$dir"
 echo; echo "## Waiting"; ./target/release/wait "$dir"
 echo; echo "## Stream parsers"; ./target/release/streams
+echo; echo "## Coding-agent hooks"; ./target/release/hooks "$dir"
 echo; echo "## Producers after mass deletions (churn)"
 if [ -n "${SIGBOX_BENCH_NO_CHURN:-}" ]; then
   echo "(skipped: SIGBOX_BENCH_NO_CHURN is set)"

@@ -1,0 +1,78 @@
+//! `sigbox hook` as a coding agent runs it: a whole process per tool call. Prints, measured
+//! in the same run and interleaved: the hook on an empty inbox beside an `ls` process of
+//! `inputs/` (the cheapest look a hook could take), and the answer's size for one STEER
+//! (paid in tokens).
+//!
+//! Usage: `cargo build --release -p sigbox-client -p sigbox-bench && ./target/release/hooks [DIR]`
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use sigbox::{Mailbox, NewSignal, SignalType, Target};
+use sigbox_bench::{paired, row, sigbox_bin, workdir};
+
+const EVENT: &[u8] = br#"{"session_id":"abc123","transcript_path":"/tmp/t.jsonl","cwd":"/tmp","permission_mode":"default","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}"#;
+
+/// One hook call, a whole process, the event on stdin; its stdout.
+fn hook(bin: &Path, root: &Path) -> Vec<u8> {
+    let mut child = Command::new(bin)
+        .arg("--root")
+        .arg(root)
+        .args(["hook", "claude", "--as", "Executor"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(EVENT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "hook failed");
+    out.stdout
+}
+
+fn main() {
+    let (_, tmp) = workdir("sigbox-bench-hooks-");
+    let root = tmp.path().join("signals");
+    let mb = Mailbox::init(&root).unwrap();
+    let bin = sigbox_bin();
+    let inputs = root.join("inputs");
+    let (ls, hk) = paired(
+        300,
+        20,
+        || {
+            let st = Command::new("ls")
+                .arg(&inputs)
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        },
+        || {
+            let out = hook(&bin, &root);
+            assert!(out.is_empty(), "an empty inbox answers nothing");
+        },
+    );
+    println!("| operation | baseline p50 / p99 | sigbox p50 / p99 | ratio p50 / p99 | target |");
+    println!("|---|---|---|---|---|");
+    row(
+        "`sigbox hook claude` on an empty inbox (whole process, PreToolUse event) vs an `ls` process of inputs/",
+        ls,
+        hk,
+        "p50 <= 1.5x",
+    );
+    mb.send(
+        NewSignal::new(SignalType::Steer)
+            .target(Target::Agent("Executor".into()))
+            .message("use the v2 API")
+            .from("alice"),
+    )
+    .unwrap();
+    let answer = hook(&bin, &root);
+    println!();
+    println!(
+        "answer for one STEER (\"use the v2 API\", from alice): {} bytes: {}",
+        answer.len(),
+        String::from_utf8_lossy(&answer).trim_end()
+    );
+}
