@@ -268,8 +268,12 @@ impl Rendered<'_> {
         } = self;
         let mut s = String::new();
         let mut line = |k: &str, v: &str| {
-            // One line per key: a newline in a value would forge another key.
-            s.push_str(&format!("{k}: {}\n", v.replace(['\n', '\r'], " ")));
+            // One line per key: a newline in a value would forge another key. An empty value
+            // is no value: `key:` alone is no `key: value` line, and the reader refuses it.
+            let v = v.replace(['\n', '\r'], " ");
+            if !v.trim().is_empty() {
+                s.push_str(&format!("{k}: {v}\n"));
+            }
         };
         if let Some(p) = &fields.path {
             line("path", p);

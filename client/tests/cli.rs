@@ -774,7 +774,7 @@ fn empty_and_torn_signals_under_canonical_names_are_problems_not_pending() {
             text.lines()
                 .map(|l| serde_json::from_str::<Value>(l).unwrap())
                 .any(|f| f["path"].as_str().unwrap().ends_with(name.as_str())
-                    && f["message"]
+                    && f["reason"]
                         .as_str()
                         .unwrap()
                         .contains("waiting for the writer")),
@@ -808,7 +808,7 @@ fn empty_and_torn_signals_under_canonical_names_are_problems_not_pending() {
         assert!(
             findings.iter().any(|f| f["severity"] == "problem"
                 && f["path"].as_str().unwrap().ends_with(name.as_str())
-                && f["message"].as_str().unwrap().contains(why)),
+                && f["reason"].as_str().unwrap().contains(why)),
             "{name}: {findings:?}"
         );
     }

@@ -917,3 +917,38 @@ fn mux_verify_reports_malformed_and_misplaced_files_by_name() {
     let j = lines(&ok_in(root, &["--json", "mux", "verify", SESSION]));
     assert_eq!(j[0]["malformed"].as_array().unwrap().len(), 3);
 }
+
+/// A mux file sigbox writes is one its own reader reads: an empty value is left out rather
+/// than written as a `key:` line the reader refuses.
+#[test]
+fn mux_empty_values_are_left_out() {
+    let d = project();
+    let root = d.path();
+    let session = "tmp/mux/20260209-1430-topic";
+    ok_in(
+        root,
+        &[
+            "mux",
+            "signal",
+            &format!("{session}/impl"),
+            "--status",
+            "success",
+            "--previous",
+            "",
+            "--trace-id",
+            " ",
+        ],
+    );
+    let text = std::fs::read_to_string(root.join(session).join(".signals/impl.done")).unwrap();
+    assert!(
+        !text.contains("previous") && !text.contains("trace_id"),
+        "{text}"
+    );
+    let out = run_in(root, &["mux", "verify", session]);
+    assert!(out.status.success());
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("malformed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -527,8 +527,9 @@ fn mailbox(w: &World) -> Samples {
     assert!(
         lines
             .iter()
-            .any(|l| l["created_at"] == "2026-02-08T14:30:04.500+07:00"),
-        "the offset a dropped body gave is kept:\n{}",
+            .any(|l| l["created_at"] == "2026-02-08T07:30:04.500000Z"
+                && l["fields"]["created_at"] == "2026-02-08T14:30:04.5+07:00"),
+        "created_at in UTC with microseconds, as ls gives it; the body keeps its offset:\n{}",
         r.stdout
     );
     samples.insert("poll", lines[0].clone());
@@ -657,6 +658,17 @@ fn mailbox(w: &World) -> Samples {
     assert_eq!(kinds(&events), ["sent"], "{}", r.stderr);
     assert_eq!(events[0]["type"], "ABORT");
     samples.insert("sent", events[0].clone());
+
+    // `hook` under --json: a bad event is said on stderr as an event; no answer.
+    let r = w.run_in(
+        None,
+        &["--json", "hook", "claude", "--as", "Executor"],
+        Some("not json"),
+    );
+    r.expect(0);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    let events = w.err(&r);
+    assert_eq!(kinds(&events), ["hook_skipped"], "{}", r.stderr);
 
     let r = w.run(&["--json", "log"]);
     let lines = w.out(r.expect(0), "cli/log.schema.json");

@@ -67,13 +67,25 @@ fn usage_error(e: clap::Error) -> ExitCode {
     if !wants_json || matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         e.exit();
     }
+    // clap's message without its usage and help hints, on one line.
     let text = e.to_string();
-    let first = text
+    let said: Vec<&str> = text
         .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid command line")
-        .trim_start_matches("error: ");
-    report_error(true, first, None);
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = said.join(" ");
+    let line = line.trim_start_matches("error: ");
+    report_error(
+        true,
+        if line.is_empty() {
+            "invalid command line"
+        } else {
+            line
+        },
+        None,
+    );
     ExitCode::from(2)
 }
 

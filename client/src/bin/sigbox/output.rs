@@ -113,7 +113,7 @@ pub(crate) fn signal_json(s: &Signal) -> Value {
         "type": s.signal_type.as_str(),
         "target": target_json(&s.target),
         "message": s.message,
-        "created_at": s.created_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+        "created_at": s.created_at.map(|t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
         "from": s.from,
         "iteration": s.iteration,
         "redelivery": s.redelivery(),

@@ -345,10 +345,9 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("hook: {why}");
         }
         // A hook must never break the agent: one line for the runtime's log, exit 0.
-        let _ = writeln!(
-            std::io::stderr(),
-            "sigbox hook: {}",
-            crate::output::escape(&why)
+        super::mailbox::warn_line(
+            &json!({"event": "hook_skipped", "reason": why}),
+            &format!("hook: {why}"),
         );
         Ok(ExitCode::SUCCESS)
     };

@@ -66,6 +66,8 @@ pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<E
     if changed {
         write_settings(&file, old.is_some(), &new)?;
     }
+    // Replaced by the same entries: nothing was added or removed.
+    let (added, removed) = if changed { (added, removed) } else { (0, 0) };
     out.emit(
         &json!({"action": action, "file": path_json(&file), "changed": changed,
                 "added": added, "removed": removed}),

@@ -410,7 +410,7 @@ pub(crate) fn doctor(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
             Severity::Info => "info",
         };
         out.emit(
-            &json!({"severity": sev, "path": path_json(&f.path), "message": f.message}),
+            &json!({"severity": sev, "path": path_json(&f.path), "reason": f.message}),
             || format!("{sev}: {}: {}", f.path.display(), f.message),
         )?;
     }

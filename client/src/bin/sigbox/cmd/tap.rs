@@ -240,6 +240,13 @@ pub(crate) fn run(
     command: &[String],
     json: bool,
 ) -> anyhow::Result<ExitCode> {
+    // The sender's name, as `send --from` takes it: non-empty text on one line.
+    if from.trim().is_empty() || from.chars().any(char::is_control) {
+        anyhow::bail!(
+            "--as {from:?}: the sender's name must be non-empty text on one line, without \
+             control characters"
+        );
+    }
     let mailbox = super::open(root)?;
     let to = Target::parse(Some(to)).map_err(anyhow::Error::msg)?;
     let (program, args) = command.split_first().context("no command given after --")?;
