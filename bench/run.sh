@@ -8,7 +8,7 @@
 set -euo pipefail
 dir="${1:-.}"
 cd "$(dirname "$0")/.."
-cargo build --release -p sigbox-client -p sigbox-bench
+cargo build --release -p sigbox-client -p sigbox-mcp -p sigbox-bench
 if ! python3 -c 'import dirq' 2>/dev/null; then
   python3 -m pip install --quiet dirq 2>/dev/null || echo "(python-dirq could not be installed: the field table goes without it)"
 fi
@@ -17,6 +17,7 @@ echo; echo "## Against the field"; ./target/release/field "$dir"
 echo; echo "## Waiting"; ./target/release/wait "$dir"
 echo; echo "## Stream parsers"; ./target/release/streams
 echo; echo "## Coding-agent hooks"; ./target/release/hooks "$dir"
+echo; echo "## MCP server"; ./target/release/mcp "$dir"
 echo; echo "## Producers after mass deletions (churn)"
 if [ -n "${SIGBOX_BENCH_NO_CHURN:-}" ]; then
   echo "(skipped: SIGBOX_BENCH_NO_CHURN is set)"

@@ -144,6 +144,19 @@ See spec/hooks.md for what each signal becomes, per runtime and event.")]
     /// Install or remove sigbox's hooks in a coding agent's settings.
     #[command(subcommand)]
     Hooks(HooksCmd),
+    /// Serve the mailbox to an agent as a Model Context Protocol server on stdio (runs the
+    /// `sigbox-mcp` program installed beside `sigbox`).
+    #[command(
+        after_help = "Example (Claude Code):\n  claude mcp add sigbox -- sigbox --root /srv/signals mcp --as Executor\nSee spec/mcp.md."
+    )]
+    Mcp {
+        /// The agent the server checks in for.
+        #[arg(long = "as")]
+        agent: String,
+        /// The agent's state (the orchestrator's approval states admit APPROVE and SKIP).
+        #[arg(long)]
+        state: Option<String>,
+    },
     /// Run a short demonstration on a fresh mailbox in a temporary directory.
     #[command(after_help = "Example:\n  sigbox demo")]
     Demo {

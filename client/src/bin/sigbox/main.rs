@@ -132,6 +132,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return cmd::hook::run(&root, &args);
         }
         Command::Hooks(c) => cmd::hooks::run(&root, c, &mut out)?,
+        Command::Mcp { agent, state } => {
+            drop(out);
+            return cmd::hooks::exec_mcp(&root, &agent, state.as_deref());
+        }
         Command::Goblin(c) => cmd::goblin::run(c, &mut out)?,
         Command::Mux(c) => cmd::mux::run(c, &mut out)?,
         Command::Flux(c) => cmd::streams::flux(c, &mut out)?,

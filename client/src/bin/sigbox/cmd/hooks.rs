@@ -346,3 +346,24 @@ fn write_settings(file: &Path, existed: bool, settings: &Value) -> anyhow::Resul
         .with_context(|| format!("{}: cannot sync", dir.display()))?;
     Ok(())
 }
+
+/// `sigbox mcp`: replaces this process by the `sigbox-mcp` server installed beside it (the
+/// server needs an async runtime, which the CLI keeps out of its own build).
+pub(crate) fn exec_mcp(root: &Path, agent: &str, state: Option<&str>) -> anyhow::Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
+    let server = exe.with_file_name("sigbox-mcp");
+    if !server.exists() {
+        bail!(
+            "{}: not installed; install it with `cargo install --path mcp` (beside sigbox)",
+            server.display()
+        );
+    }
+    let mut c = std::process::Command::new(&server);
+    c.arg("--root").arg(root).arg("--as").arg(agent);
+    if let Some(s) = state {
+        c.arg("--state").arg(s);
+    }
+    let err = c.exec();
+    Err(anyhow::Error::new(err).context(format!("{}: cannot run", server.display())))
+}

@@ -1,0 +1,348 @@
+//! `sigbox-mcp --as AGENT`: the mailbox as a Model Context Protocol server over stdio, on the
+//! official Rust SDK (`rmcp`). Four tools: `check`, `wait`, `send`, `status` (spec/mcp.md).
+//!
+//! The server holds the agent's presence while it lives (the orchestrator leaves its signals in
+//! `inputs/` instead of buffering them), and releases it when it exits. Signals a tool returned
+//! are acknowledged by the next tool call, or when the client closes the connection with no
+//! call running; a server that dies before either gives them again at its successor's first
+//! call, marked as redeliveries (spec/mailbox.md §9.2).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sigbox::{NewSignal, ProblemKind, Signal, SignalType, Target};
+use sigbox_client::Checkpoint;
+
+/// The longest a `wait` call blocks.
+const MAX_WAIT: Duration = Duration::from_secs(600);
+
+/// How often a blocked `wait` looks at its cancellation (it sleeps on filesystem events in
+/// between; a signal wakes it at once).
+const CANCEL_CHECK: Duration = Duration::from_millis(100);
+
+/// The mailbox as an MCP server for one agent, over stdio.
+#[derive(Debug, Parser)]
+#[command(name = "sigbox-mcp", version)]
+struct Args {
+    /// The agent this server checks in for.
+    #[arg(long = "as")]
+    agent: String,
+    /// Mailbox root directory.
+    #[arg(long, env = "SIGBOX_ROOT", default_value = "signals")]
+    root: PathBuf,
+    /// The agent's state (the orchestrator's approval states admit APPROVE and SKIP).
+    #[arg(long)]
+    state: Option<String>,
+}
+
+/// `wait`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct WaitArgs {
+    /// Seconds to wait at most (default 60, at most 600).
+    timeout_s: Option<f64>,
+}
+
+/// `send`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct SendArgs {
+    /// STEER, INFO, PAUSE, ABORT, APPROVE, SKIP or RESUME.
+    #[serde(rename = "type")]
+    signal_type: String,
+    /// The text.
+    message: Option<String>,
+    /// An agent, or ALL (default).
+    target: Option<String>,
+}
+
+#[derive(Clone)]
+struct Server {
+    checkpoint: Arc<Mutex<Checkpoint>>,
+    agent: String,
+    /// Signals were returned and not yet acknowledged.
+    unacked: Arc<AtomicBool>,
+    /// Tool calls running now.
+    busy: Arc<AtomicUsize>,
+    tool_router: ToolRouter<Self>,
+}
+
+/// A signal as a tool returns it: what a model needs, nothing more.
+fn signal_json(s: &Signal) -> Value {
+    let mut v = json!({
+        "id": s.id,
+        "type": s.signal_type.as_str(),
+        "message": s.message,
+    });
+    if let Some(f) = &s.from {
+        v["from"] = json!(f);
+    }
+    if let Some(t) = s.created_at {
+        v["created_at"] = json!(
+            t.with_timezone(&chrono::Utc)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        );
+    }
+    if s.target == Target::All {
+        v["target"] = json!("ALL");
+    }
+    if s.redelivery() > 0 {
+        v["redelivery"] = json!(s.redelivery());
+    }
+    v
+}
+
+fn signals_text(signals: &[Signal]) -> String {
+    json!({"signals": signals.iter().map(signal_json).collect::<Vec<_>>()}).to_string()
+}
+
+/// Counts a call as running while it lives.
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn new(n: &Arc<AtomicUsize>) -> Busy {
+        n.fetch_add(1, Ordering::SeqCst);
+        Busy(Arc::clone(n))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Server {
+    /// Runs `f` on the checkpoint in the blocking pool (passes do file I/O; waits sleep),
+    /// after acknowledging what earlier calls returned: the client has those answers, since
+    /// it is calling again.
+    async fn with_checkpoint<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Checkpoint) -> Result<T, String> + Send + 'static,
+    ) -> Result<T, String> {
+        let cp = Arc::clone(&self.checkpoint);
+        let unacked = Arc::clone(&self.unacked);
+        tokio::task::spawn_blocking(move || {
+            let mut cp = cp.lock().unwrap_or_else(|e| e.into_inner());
+            if unacked.swap(false, Ordering::SeqCst) {
+                cp.ack().map_err(|e| e.to_string())?;
+            }
+            f(&mut cp)
+        })
+        .await
+        .map_err(|e| format!("internal error: {e}"))?
+    }
+
+    fn returned(&self, signals: &[Signal]) {
+        if !signals.is_empty() {
+            self.unacked.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[tool_router]
+impl Server {
+    fn new(checkpoint: Checkpoint, agent: String) -> Server {
+        Server {
+            checkpoint: Arc::new(Mutex::new(checkpoint)),
+            agent,
+            unacked: Arc::new(AtomicBool::new(false)),
+            busy: Arc::new(AtomicUsize::new(0)),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Checkpoint: the signals waiting for this agent, oldest first; each is given once.
+    #[tool]
+    async fn check(&self) -> Result<String, String> {
+        let _busy = Busy::new(&self.busy);
+        let signals = self
+            .with_checkpoint(|cp| cp.poll().map_err(|e| e.to_string()))
+            .await?;
+        self.returned(&signals);
+        Ok(signals_text(&signals))
+    }
+
+    /// Block until a signal arrives for this agent (or timeout_s passes); returns them.
+    #[tool]
+    async fn wait(
+        &self,
+        Parameters(args): Parameters<WaitArgs>,
+        ct: tokio_util::sync::CancellationToken,
+    ) -> Result<String, String> {
+        let _busy = Busy::new(&self.busy);
+        let secs = args.timeout_s.unwrap_or(60.0);
+        if !secs.is_finite() || secs < 0.0 {
+            return Err(format!("timeout_s {secs}: a number of seconds, 0 to 600"));
+        }
+        let total = Duration::try_from_secs_f64(secs)
+            .unwrap_or(MAX_WAIT)
+            .min(MAX_WAIT);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let watch = {
+            let cancelled = Arc::clone(&cancelled);
+            let ct = ct.clone();
+            tokio::spawn(async move {
+                ct.cancelled().await;
+                cancelled.store(true, Ordering::SeqCst);
+            })
+        };
+        let signals = self
+            .with_checkpoint(move |cp| {
+                let deadline = Instant::now() + total;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let got = cp
+                        .wait(Some(left.min(CANCEL_CHECK)))
+                        .map_err(|e| e.to_string())?;
+                    // Claimed: returned even when cancelled now (the next call or a
+                    // successor acknowledges or redelivers them).
+                    if !got.is_empty() || left <= CANCEL_CHECK || cancelled.load(Ordering::SeqCst) {
+                        return Ok(got);
+                    }
+                }
+            })
+            .await;
+        watch.abort();
+        let signals = signals?;
+        self.returned(&signals);
+        Ok(signals_text(&signals))
+    }
+
+    /// Send a signal (type, message, target: an agent or ALL); returns its id.
+    #[tool]
+    async fn send(&self, Parameters(args): Parameters<SendArgs>) -> Result<String, String> {
+        let _busy = Busy::new(&self.busy);
+        let ty = SignalType::parse(&args.signal_type).ok_or_else(|| {
+            format!(
+                "unknown signal type {:?}: STEER, INFO, PAUSE, ABORT, APPROVE, SKIP or RESUME",
+                args.signal_type
+            )
+        })?;
+        let target = match args.target.as_deref() {
+            None => Target::All,
+            Some(t) if t.trim().is_empty() => {
+                return Err("target is empty: name an agent or ALL".into());
+            }
+            Some(t) => Target::parse(Some(t))?,
+        };
+        let mut s = NewSignal::new(ty);
+        s.target(target).from(self.agent.clone());
+        if let Some(m) = args.message {
+            s.message(m);
+        }
+        let id = self
+            .with_checkpoint(move |cp| cp.mailbox().send(&s).map_err(|e| e.to_string()))
+            .await?;
+        Ok(json!({"id": id}).to_string())
+    }
+
+    /// Mailbox status: pending per target, settling, invalid, in flight, quarantined.
+    #[tool]
+    async fn status(&self) -> Result<String, String> {
+        let _busy = Busy::new(&self.busy);
+        let agent = self.agent.clone();
+        self.with_checkpoint(move |cp| {
+            let mb = cp.mailbox();
+            let mut pending = serde_json::Map::new();
+            let mut mine = 0;
+            for p in mb.pending().map_err(|e| e.to_string())? {
+                let key = p
+                    .buffered_for
+                    .clone()
+                    .unwrap_or_else(|| p.target.to_string());
+                if key == agent || p.target == Target::All {
+                    mine += 1;
+                }
+                let n = pending.entry(key).or_insert(json!(0));
+                *n = json!(n.as_u64().unwrap_or(0) + 1);
+            }
+            let (mut settling, mut invalid, mut in_flight) = (0, 0, 0);
+            for p in mb.problems().map_err(|e| e.to_string())? {
+                match p.kind {
+                    ProblemKind::Settling { .. } => settling += 1,
+                    ProblemKind::Invalid { .. } => invalid += 1,
+                    ProblemKind::InFlight { count, .. } | ProblemKind::Held { count, .. } => {
+                        in_flight += count;
+                    }
+                    _ => {}
+                }
+            }
+            let quarantined = mb.rejected().map_err(|e| e.to_string())?.len();
+            Ok(json!({
+                "agent": agent, "pending_for_agent": mine, "pending": pending,
+                "settling": settling, "invalid": invalid, "in_flight": in_flight,
+                "quarantined": quarantined,
+            })
+            .to_string())
+        })
+        .await
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("sigbox", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "The sigbox mailbox of agent {}: call check at each step; obey ABORT (stop), \
+                 PAUSE (stop acting; wait until RESUME), STEER (change course).",
+                self.agent
+            ))
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    // stdout is the protocol: logs go to stderr, warnings only unless RUST_LOG says more.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let agent = args.agent.trim().to_string();
+    if !sigbox::valid_agent(&agent) {
+        anyhow::bail!(
+            "invalid agent name {agent:?} (--as): a letter then up to 63 letters, digits, '_' or '-'"
+        );
+    }
+    let mut cp = Checkpoint::open(&args.root, &agent)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.root.display()))?;
+    cp.state(args.state.as_deref());
+    let server = Server::new(cp, agent);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let service = server
+            .clone()
+            .serve(rmcp::transport::stdio_pipes())
+            .await
+            .map_err(|e| anyhow::anyhow!("MCP initialization failed: {e}"))?;
+        let _ = service.waiting().await;
+        anyhow::Ok(())
+    })?;
+    // The client closed the connection. With no call running, it had every answer: what
+    // they returned is handed over. Otherwise the next server gives them again, marked.
+    if server.busy.load(Ordering::SeqCst) == 0 && server.unacked.load(Ordering::SeqCst) {
+        let cp = server.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = cp.ack() {
+            tracing::warn!(error = %e, "cannot acknowledge the last answers");
+        }
+    }
+    // Exit without waiting for the blocking pool (a stdin read may still be parked there).
+    rt.shutdown_timeout(Duration::from_millis(100));
+    Ok(())
+}

@@ -1,0 +1,251 @@
+"""sigbox-mcp driven by the official MCP Python SDK (`mcp` on PyPI) over stdio.
+
+Run by mcp/tests/mcp_client.rs (cargo test), which passes the binaries and a Python with `mcp`
+installed in SIGBOX_MCP_BIN, SIGBOX_BIN. Each test works in its own temporary mailbox.
+"""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from contextlib import asynccontextmanager
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+MCP_BIN = os.environ["SIGBOX_MCP_BIN"]
+SIGBOX = os.environ["SIGBOX_BIN"]
+
+
+def sigbox(root, *args):
+    out = subprocess.run([SIGBOX, "--root", root, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AssertionError(f"sigbox {args}: {out.stderr}")
+    return out.stdout
+
+
+@asynccontextmanager
+async def server(root, agent="Executor"):
+    params = StdioServerParameters(command=MCP_BIN, args=["--root", root, "--as", agent])
+    with open(os.devnull, "w") as devnull:
+        async with stdio_client(params, errlog=devnull) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
+
+
+def text(result):
+    assert not result.is_error, result
+    return json.loads(result.content[0].text)
+
+
+def messages(result):
+    return [s["message"] for s in text(result)["signals"]]
+
+
+class McpServer(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = os.path.join(self.tmp.name, "signals")
+        sigbox(self.root, "init")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_async(self, coro):
+        return anyio.run(lambda: coro)
+
+    def test_tools_are_few_and_described(self):
+        async def go():
+            async with server(self.root) as s:
+                tools = (await s.list_tools()).tools
+                names = sorted(t.name for t in tools)
+                self.assertEqual(names, ["check", "send", "status", "wait"])
+                for t in tools:
+                    self.assertTrue(t.description and "\n" not in t.description.strip(), t)
+                    self.assertEqual(t.input_schema.get("type"), "object", t)
+                by = {t.name: t for t in tools}
+                self.assertIn("timeout_s", by["wait"].input_schema["properties"])
+                self.assertEqual(
+                    sorted(by["send"].input_schema["properties"]), ["message", "target", "type"]
+                )
+                self.assertEqual(by["send"].input_schema.get("required"), ["type"])
+        self.run_async(go())
+
+    def test_check_send_status_and_fifo(self):
+        async def go():
+            async with server(self.root) as s:
+                self.assertEqual(text(await s.call_tool("check", {})), {"signals": []})
+                sigbox(self.root, "send", "steer", "first", "--target", "Executor", "--from", "alice")
+                sigbox(self.root, "send", "info", "second", "--target", "Executor")
+                st = text(await s.call_tool("status", {}))
+                self.assertEqual(st["pending_for_agent"], 2, st)
+                got = text(await s.call_tool("check", {}))["signals"]
+                self.assertEqual([g["message"] for g in got], ["first", "second"])
+                self.assertEqual(got[0]["type"], "STEER")
+                self.assertEqual(got[0]["from"], "alice")
+                self.assertEqual(messages(await s.call_tool("check", {})), [])
+                sent = text(await s.call_tool("send", {"type": "info", "message": "hi", "target": "Planner"}))
+                self.assertTrue(sent["id"].endswith(".INFO.Planner"), sent)
+            ls = [json.loads(l) for l in sigbox(self.root, "--json", "ls").splitlines()]
+            self.assertEqual([(l["type"], l["target"]) for l in ls], [("INFO", "Planner")])
+            log = sigbox(self.root, "--json", "log")
+            self.assertEqual(log.count('"action_taken":"delivered"'), 2, log)
+        self.run_async(go())
+
+    def test_errors_are_tool_errors_and_the_server_goes_on(self):
+        async def go():
+            async with server(self.root) as s:
+                r = await s.call_tool("send", {"type": "wobble"})
+                self.assertTrue(r.is_error)
+                self.assertIn("unknown signal type", r.content[0].text)
+                r = await s.call_tool("send", {"type": "steer", "target": "../etc"})
+                self.assertTrue(r.is_error)
+                r = await s.call_tool("wait", {"timeout_s": -1})
+                self.assertTrue(r.is_error)
+                r = await s.call_tool("send", {"message": "no type"})
+                self.assertTrue(r.is_error)
+                with self.assertRaises(Exception):
+                    await s.call_tool("nope", {})
+                self.assertEqual(text(await s.call_tool("check", {})), {"signals": []})
+        self.run_async(go())
+
+    def test_wait_is_woken_by_a_send(self):
+        async def go():
+            async with server(self.root) as s:
+                async def later():
+                    await anyio.sleep(0.3)
+                    await anyio.to_thread.run_sync(
+                        lambda: sigbox(self.root, "send", "abort", "stop now", "--target", "Executor")
+                    )
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(later)
+                    t = time.monotonic()
+                    r = await s.call_tool("wait", {"timeout_s": 30})
+                    took = time.monotonic() - t
+                self.assertEqual(messages(r), ["stop now"])
+                self.assertLess(took, 10)
+                t = time.monotonic()
+                r = await s.call_tool("wait", {"timeout_s": 0.3})
+                self.assertEqual(messages(r), [])
+                self.assertGreaterEqual(time.monotonic() - t, 0.25)
+        self.run_async(go())
+
+    def test_a_blocked_wait_is_cancelled(self):
+        async def go():
+            async with server(self.root) as s:
+                t = time.monotonic()
+                with anyio.move_on_after(0.5):
+                    await s.call_tool("wait", {"timeout_s": 60})
+                # The server took the cancellation: it answers at once afterwards.
+                with anyio.fail_after(5):
+                    self.assertEqual(text(await s.call_tool("check", {})), {"signals": []})
+                self.assertLess(time.monotonic() - t, 5)
+        self.run_async(go())
+
+    def test_malformed_requests_do_not_end_the_server(self):
+        # Raw JSON-RPC over the server's stdio: garbage, a bad method, a call without a name.
+        p = subprocess.Popen(
+            [MCP_BIN, "--root", self.root, "--as", "Executor"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        def send(obj):
+            p.stdin.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
+            p.stdin.flush()
+        def recv():
+            return json.loads(p.stdout.readline())
+        try:
+            send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"}}})
+            self.assertIn("result", recv())
+            send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            send({"jsonrpc": "2.0", "id": 2, "method": "no/such/method"})
+            self.assertIn("error", recv())
+            send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"arguments": {}}})
+            self.assertIn("error", recv())
+            send({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "wait", "arguments": {"timeout_s": "soon"}}})
+            r = recv()
+            self.assertTrue("error" in r or r.get("result", {}).get("isError"), r)
+            send({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
+            r = recv()
+            self.assertEqual(r["id"], 5)
+            self.assertEqual(json.loads(r["result"]["content"][0]["text"]), {"signals": []})
+        finally:
+            p.stdin.close()
+            p.wait(timeout=10)
+
+    def test_presence_is_held_while_the_server_lives(self):
+        async def go():
+            async with server(self.root, "Planner"):
+                # The orchestrator's pass leaves a present agent's signal in inputs/.
+                sigbox(self.root, "send", "info", "for planner", "--target", "Planner")
+                sigbox(self.root, "poll", "--as", "Orchestrator")
+                ls = [json.loads(l) for l in sigbox(self.root, "--json", "ls").splitlines()]
+                self.assertEqual([l["kind"] for l in ls], ["pending"], ls)
+            sigbox(self.root, "send", "info", "absent now", "--target", "Planner")
+            sigbox(self.root, "poll", "--as", "Orchestrator")
+            ls = [json.loads(l) for l in sigbox(self.root, "--json", "ls").splitlines()]
+            self.assertIn("buffered", [l["kind"] for l in ls], ls)
+        self.run_async(go())
+
+    def test_two_servers_for_one_agent_give_each_signal_once(self):
+        n = 300
+        async def go():
+            seen = []
+            async def consumer():
+                async with server(self.root) as s:
+                    idle = 0
+                    while idle < 10:
+                        got = messages(await s.call_tool("wait", {"timeout_s": 0.2}))
+                        if got:
+                            idle = 0
+                            seen.extend(got)
+                        else:
+                            idle += 1
+            def producer():
+                for i in range(n):
+                    sigbox(self.root, "send", "info", f"m{i}", "--target", "Executor")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(consumer)
+                tg.start_soon(consumer)
+                await anyio.to_thread.run_sync(producer)
+            return seen
+        seen = self.run_async(go())
+        self.assertEqual(len(seen), len(set(seen)), "a signal given twice")
+        self.assertEqual(sorted(seen), sorted(f"m{i}" for i in range(n)))
+
+    def test_a_server_killed_before_the_next_call_gives_again_marked(self):
+        sigbox(self.root, "send", "steer", "again", "--target", "Executor")
+        p = subprocess.Popen(
+            [MCP_BIN, "--root", self.root, "--as", "Executor"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        def send(obj):
+            p.stdin.write(json.dumps(obj) + "\n")
+            p.stdin.flush()
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}})
+        json.loads(p.stdout.readline())
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
+        r = json.loads(p.stdout.readline())
+        self.assertEqual(json.loads(r["result"]["content"][0]["text"])["signals"][0]["message"], "again")
+        p.kill()
+        p.wait()
+        async def go():
+            async with server(self.root) as s:
+                got = text(await s.call_tool("check", {}))["signals"]
+                self.assertEqual([g["message"] for g in got], ["again"])
+                self.assertEqual(got[0]["redelivery"], 1)
+        self.run_async(go())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
