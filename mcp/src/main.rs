@@ -42,6 +42,10 @@ struct Args {
     /// The agent's state (the orchestrator's approval states admit APPROVE and SKIP).
     #[arg(long)]
     state: Option<String>,
+    /// Push each signal into the session as it arrives, as a Claude Code channel
+    /// (`notifications/claude/channel`, experimental capability `claude/channel`).
+    #[arg(long)]
+    channel: bool,
 }
 
 /// `wait`'s arguments.
@@ -71,6 +75,8 @@ struct Server {
     unacked: Arc<AtomicBool>,
     /// Tool calls running now.
     busy: Arc<AtomicUsize>,
+    /// `--channel`: the capability is declared.
+    channel: bool,
     tool_router: ToolRouter<Self>,
 }
 
@@ -149,12 +155,13 @@ impl Server {
 
 #[tool_router]
 impl Server {
-    fn new(checkpoint: Checkpoint, agent: String) -> Server {
+    fn new(checkpoint: Checkpoint, agent: String, channel: bool) -> Server {
         Server {
             checkpoint: Arc::new(Mutex::new(checkpoint)),
             agent,
             unacked: Arc::new(AtomicBool::new(false)),
             busy: Arc::new(AtomicUsize::new(0)),
+            channel,
             tool_router: Self::tool_router(),
         }
     }
@@ -290,13 +297,88 @@ impl Server {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let mut caps = ServerCapabilities::builder().enable_tools().build();
+        if self.channel {
+            caps.experimental = Some(
+                [("claude/channel".to_string(), serde_json::Map::new())]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        ServerConfig::new(caps)
             .with_server_info(Implementation::new("sigbox", env!("CARGO_PKG_VERSION")))
             .with_instructions(format!(
                 "The sigbox mailbox of agent {}: call check at each step; obey ABORT (stop), \
                  PAUSE (stop acting; wait until RESUME), STEER (change course).",
                 self.agent
             ))
+    }
+}
+
+/// `--channel`: waits for signals on its own handle and pushes each as a channel
+/// notification; acknowledges them once written to the client, and stops when the
+/// connection is gone (what it claimed and could not push is given again, marked).
+async fn push_channel(peer: rmcp::Peer<rmcp::RoleServer>, cp: Checkpoint) {
+    use rmcp::model::{CustomNotification, ServerNotification};
+    let cp = Arc::new(Mutex::new(cp));
+    loop {
+        let handle = Arc::clone(&cp);
+        let got = tokio::task::spawn_blocking(move || {
+            handle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .wait(Some(Duration::from_secs(1)))
+        })
+        .await;
+        let signals = match got {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "channel: a wait failed");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(_) => return,
+        };
+        if signals.is_empty() {
+            if peer.is_transport_closed() {
+                return;
+            }
+            continue;
+        }
+        for s in &signals {
+            let mut meta = serde_json::Map::new();
+            meta.insert("id".into(), json!(s.id));
+            meta.insert("type".into(), json!(s.signal_type.as_str()));
+            if let Some(f) = &s.from {
+                meta.insert("from".into(), json!(f));
+            }
+            if s.redelivery() > 0 {
+                meta.insert("redelivery".into(), json!(s.redelivery().to_string()));
+            }
+            let content = format!(
+                "{}: {}",
+                s.signal_type.as_str(),
+                s.message.as_deref().unwrap_or("(no message)")
+            );
+            let n = CustomNotification::new(
+                "notifications/claude/channel",
+                Some(json!({"content": content, "meta": meta})),
+            );
+            if peer
+                .send_notification(ServerNotification::CustomNotification(n))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        let handle = Arc::clone(&cp);
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Err(e) = handle.lock().unwrap_or_else(|e| e.into_inner()).ack() {
+                tracing::warn!(error = %e, "channel: cannot acknowledge what was pushed");
+            }
+        })
+        .await;
     }
 }
 
@@ -320,7 +402,16 @@ fn main() -> anyhow::Result<()> {
     let mut cp = Checkpoint::open(&args.root, &agent)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.root.display()))?;
     cp.state(args.state.as_deref());
-    let server = Server::new(cp, agent);
+    // The channel's own handle: its claims are exclusive with the tools' (one rename each).
+    let pusher = if args.channel {
+        let mut p = Checkpoint::open(&args.root, &agent)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", args.root.display()))?;
+        p.state(args.state.as_deref());
+        Some(p)
+    } else {
+        None
+    };
+    let server = Server::new(cp, agent, args.channel);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -331,6 +422,9 @@ fn main() -> anyhow::Result<()> {
             .serve(rmcp::transport::stdio_pipes())
             .await
             .map_err(|e| anyhow::anyhow!("MCP initialization failed: {e}"))?;
+        if let Some(p) = pusher {
+            tokio::spawn(push_channel(service.peer().clone(), p));
+        }
         let _ = service.waiting().await;
         anyhow::Ok(())
     })?;

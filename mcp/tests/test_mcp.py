@@ -246,6 +246,39 @@ class McpServer(unittest.TestCase):
                 self.assertEqual(got[0]["redelivery"], 1)
         self.run_async(go())
 
+    def test_channel_pushes_each_signal_once(self):
+        p = subprocess.Popen(
+            [MCP_BIN, "--root", self.root, "--as", "Executor", "--channel"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        def send(obj):
+            p.stdin.write(json.dumps(obj) + "\n")
+            p.stdin.flush()
+        try:
+            send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"}}})
+            init = json.loads(p.stdout.readline())
+            self.assertIn("claude/channel", init["result"]["capabilities"]["experimental"])
+            send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            sigbox(self.root, "send", "steer", "pushed", "--target", "Executor", "--from", "alice")
+            n = json.loads(p.stdout.readline())
+            self.assertEqual(n["method"], "notifications/claude/channel")
+            self.assertEqual(n["params"]["content"], "STEER: pushed")
+            self.assertEqual(n["params"]["meta"]["from"], "alice")
+            self.assertTrue(all(isinstance(v, str) for v in n["params"]["meta"].values()))
+            # Given once: the tools find nothing more, and it is acknowledged.
+            send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
+            r = json.loads(p.stdout.readline())
+            self.assertEqual(json.loads(r["result"]["content"][0]["text"]), {"signals": []})
+            deadline = time.monotonic() + 5
+            while "delivered" not in sigbox(self.root, "log") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertIn("STEER", sigbox(self.root, "log"))
+        finally:
+            p.stdin.close()
+            p.wait(timeout=10)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -156,6 +156,9 @@ See spec/hooks.md for what each signal becomes, per runtime and event.")]
         /// The agent's state (the orchestrator's approval states admit APPROVE and SKIP).
         #[arg(long)]
         state: Option<String>,
+        /// Push each signal into a Claude Code session as it arrives (channels).
+        #[arg(long)]
+        channel: bool,
     },
     /// Run a short demonstration on a fresh mailbox in a temporary directory.
     #[command(after_help = "Example:\n  sigbox demo")]

@@ -132,9 +132,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return cmd::hook::run(&root, &args);
         }
         Command::Hooks(c) => cmd::hooks::run(&root, c, &mut out)?,
-        Command::Mcp { agent, state } => {
+        Command::Mcp {
+            agent,
+            state,
+            channel,
+        } => {
             drop(out);
-            return cmd::hooks::exec_mcp(&root, &agent, state.as_deref());
+            return cmd::hooks::exec_mcp(&root, &agent, state.as_deref(), channel);
         }
         Command::Goblin(c) => cmd::goblin::run(c, &mut out)?,
         Command::Mux(c) => cmd::mux::run(c, &mut out)?,

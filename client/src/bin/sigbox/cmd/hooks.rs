@@ -349,7 +349,12 @@ fn write_settings(file: &Path, existed: bool, settings: &Value) -> anyhow::Resul
 
 /// `sigbox mcp`: replaces this process by the `sigbox-mcp` server installed beside it (the
 /// server needs an async runtime, which the CLI keeps out of its own build).
-pub(crate) fn exec_mcp(root: &Path, agent: &str, state: Option<&str>) -> anyhow::Result<ExitCode> {
+pub(crate) fn exec_mcp(
+    root: &Path,
+    agent: &str,
+    state: Option<&str>,
+    channel: bool,
+) -> anyhow::Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
     let server = exe.with_file_name("sigbox-mcp");
@@ -363,6 +368,9 @@ pub(crate) fn exec_mcp(root: &Path, agent: &str, state: Option<&str>) -> anyhow:
     c.arg("--root").arg(root).arg("--as").arg(agent);
     if let Some(s) = state {
         c.arg("--state").arg(s);
+    }
+    if channel {
+        c.arg("--channel");
     }
     let err = c.exec();
     Err(anyhow::Error::new(err).context(format!("{}: cannot run", server.display())))
