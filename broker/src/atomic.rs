@@ -131,7 +131,7 @@ pub(crate) fn claim_unsynced<T>(
                 // interrupted claim (spec/mailbox.md §9.6).
                 match io.rename_noreplace(dest, src) {
                     Ok(Renamed::Done) => {}
-                    other => tracing::warn!(file = %dest.display(), ?other, "cannot undo a claim"),
+                    other => tracing::warn!(file = ?dest, ?other, "cannot undo a claim"),
                 }
                 return Err(e);
             }

@@ -239,12 +239,17 @@ fn every_runtime_event_and_signal_is_answered_in_the_documented_shape() {
                 let again = String::from_utf8(again.stdout).unwrap();
                 let pending: Vec<_> = mb.pending().unwrap();
                 match signal {
+                    // A PAUSE is a state: recorded, in force at the next call too.
                     "PAUSE" => {
-                        if pending.len() != 1 || pending[0].type_name != "PAUSE" {
-                            let pausing = again.contains("PAUSE");
-                            if !pausing {
-                                failures.push(format!("{name}: the PAUSE was lost: {pending:?}"));
-                            }
+                        if mb.paused("Executor").unwrap().is_none() {
+                            failures.push(format!("{name}: the PAUSE was lost"));
+                        }
+                        let stop = matches!(*event, "Stop" | "agentStop");
+                        if !stop && !again.contains("PAUSE") {
+                            failures.push(format!("{name}: not paused at the next call: {again}"));
+                        }
+                        if !pending.is_empty() {
+                            failures.push(format!("{name}: left pending: {pending:?}"));
                         }
                     }
                     _ => {
@@ -253,6 +258,9 @@ fn every_runtime_event_and_signal_is_answered_in_the_documented_shape() {
                         }
                         if !pending.is_empty() {
                             failures.push(format!("{name}: left pending: {pending:?}"));
+                        }
+                        if mb.paused("Executor").unwrap().is_some() {
+                            failures.push(format!("{name}: a PAUSE recorded"));
                         }
                     }
                 }
@@ -319,6 +327,82 @@ fn a_pause_holds_the_tool_call_until_resume() {
         "{a}"
     );
     assert!(mb.pending().unwrap().is_empty());
+    assert!(mb.paused("Executor").unwrap().is_none());
+}
+
+/// A PAUSE holds every tool call of the agent, parallel ones included, and a hook killed
+/// while it holds one loses nothing: the PAUSE is a recorded state, not a message one call
+/// takes away.
+#[test]
+fn a_pause_holds_parallel_calls_and_survives_a_killed_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    let mb = Mailbox::init(&root).unwrap();
+    send(&mb, SignalType::Pause, "hold on");
+    // A holder, killed in the middle of its hold.
+    let mut holder = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["hook", "claude", "--as", "Executor", "--pause-wait", "30s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    holder
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fixture("claude", "PreToolUse"))
+        .unwrap();
+    let t = std::time::Instant::now();
+    while mb.paused("Executor").unwrap().is_none() && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(
+        mb.paused("Executor").unwrap().is_some(),
+        "the PAUSE was lost"
+    );
+    // Three calls at once: every one is held, then denied.
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let root = root.clone();
+            std::thread::spawn(move || hook(&root, "claude", "PreToolUse", &["--pause-wait", "1s"]))
+        })
+        .collect();
+    for c in calls {
+        let out = c.join().unwrap();
+        let a: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        assert_eq!(
+            a.pointer("/hookSpecificOutput/permissionDecision"),
+            Some(&Value::from("deny")),
+            "{a}"
+        );
+    }
+    // One RESUME releases calls held in parallel, whichever of them takes it.
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                let out = hook(&root, "claude", "PreToolUse", &["--pause-wait", "20s"]);
+                (out, t.elapsed())
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    send(&mb, SignalType::Resume, "go");
+    for h in held {
+        let (out, took) = h.join().unwrap();
+        assert!(took.as_secs() < 10, "held for {took:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("\"deny\""), "{text}");
+    }
+    assert!(mb.paused("Executor").unwrap().is_none());
 }
 
 /// A malformed or unknown event never breaks the agent: exit 0, no answer, one line on
@@ -649,4 +733,61 @@ fn the_installed_command_runs() {
         String::from_utf8_lossy(&out.stdout).contains("from the installed hook"),
         "{command}"
     );
+}
+
+/// The settings file's neighbours are never followed: a symlink or FIFO planted at the backup's
+/// name is replaced, not written through; a user's own hook whose program merely starts with
+/// `sigbox` is kept; shapes a runtime would not read are refused untouched.
+#[test]
+fn install_follows_nothing_and_keeps_what_is_not_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let claude = dir.path().join(".claude");
+    std::fs::create_dir_all(&claude).unwrap();
+    let settings = claude.join("settings.json");
+    let own = r#"{"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": "/opt/tools/sigbox-audit --root /x hook claude --as Executor"}]}]}}"#;
+    std::fs::write(&settings, own).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "VICTIM").unwrap();
+    std::os::unix::fs::symlink(&victim, claude.join("settings.json.sigbox-backup")).unwrap();
+    let out = sigbox(
+        dir.path(),
+        &["hooks", "install", "claude", "--as", "Executor"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "VICTIM");
+    let backup = claude.join("settings.json.sigbox-backup");
+    assert!(!backup.symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_to_string(&backup).unwrap(), own);
+    let out = sigbox(dir.path(), &["hooks", "uninstall", "claude"]);
+    assert!(out.status.success());
+    let after: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    assert_eq!(
+        after,
+        serde_json::from_str::<Value>(own).unwrap(),
+        "the user's hook kept"
+    );
+    // Shapes refused, untouched.
+    for (runtime, file, bad) in [
+        ("claude", ".claude/settings.json", r#"{"hooks": null}"#),
+        (
+            "copilot",
+            ".github/hooks/sigbox.json",
+            r#"{"version": 2, "hooks": {}}"#,
+        ),
+        ("copilot", ".github/hooks/sigbox.json", r#"{"hooks": {}}"#),
+    ] {
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bad).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        assert_eq!(out.status.code(), Some(2), "{runtime} {bad}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), bad);
+    }
 }

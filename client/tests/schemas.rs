@@ -225,14 +225,14 @@ impl World {
     }
 
     /// Runs `sigbox ARGS` in `cwd` (the scratch directory when `None`), with `stdin` as its
-    /// input. RUST_LOG=off: with `-v` the log lines would be text on stderr, beside the JSON
-    /// events checked here.
+    /// input. RUST_LOG=info: log records are on stderr too, and under `--json` they must be JSON
+    /// of their schema like the rest.
     fn run_in(&self, cwd: Option<&Path>, args: &[&str], stdin: Option<&str>) -> Run {
         let mut c = Command::new(BIN);
         c.current_dir(cwd.unwrap_or(self.dir.path()))
             .env("SIGBOX_ROOT", &self.root)
             .env_remove("SIGBOX_SETTLE")
-            .env("RUST_LOG", "off")
+            .env("RUST_LOG", "info")
             .args(args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
@@ -302,6 +302,9 @@ impl World {
             if v.get("event").is_some() {
                 self.s.check("cli/stderr-event.schema.json", &v, &what);
                 events.push(v);
+            } else if v.get("level").is_some() {
+                // A log record (RUST_LOG=info here): valid, and not an event.
+                self.s.check("cli/stderr-event.schema.json", &v, &what);
             } else {
                 self.s.check("cli/error.schema.json", &v, &what);
             }

@@ -539,7 +539,7 @@ impl Io {
                 return Ok(());
             }
             self.portable.store(true, Ordering::Relaxed);
-            tracing::debug!(file = %to.display(), "RENAME_NOREPLACE refused: portable renames");
+            tracing::debug!(file = ?to, "RENAME_NOREPLACE refused: portable renames");
         }
         let dir = match &self.rename_lock {
             Some(d) => d.as_path(),
@@ -555,7 +555,7 @@ impl Io {
                 // No locks here (some network filesystems): still one winner per source, but
                 // two renames of different files to one name could both succeed.
                 if !self.lock_warned.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(dir = %dir.display(), error = %e,
+                    tracing::warn!(dir = ?dir, error = %e,
                         "cannot lock for renames: no-clobber renames are exclusive on their \
                          source only");
                 }

@@ -230,7 +230,7 @@ impl Mailbox {
             };
             if !done {
                 stuck += 1;
-                tracing::warn!(file = %d.signal.path.display(), "cannot take back a delivery that was not handed over");
+                tracing::warn!(file = ?d.signal.path, "cannot take back a delivery that was not handed over");
             }
         }
         for dir in dirs.iter().chain(&slots) {
@@ -536,7 +536,7 @@ impl Mailbox {
                         let a = body::annotation(&bytes, format, extra, end);
                         let appended = match file {
                             _ if !body::records_whole(&bytes, format, &a) => {
-                                tracing::debug!(file = %dest.display(), "no handling record: it would not stay one document");
+                                tracing::debug!(file = ?dest, "no handling record: it would not stay one document");
                                 Ok(())
                             }
                             Some(f) => self.io.replace_tail(&f, dest, a.span(&bytes), &a.tail),
@@ -550,7 +550,7 @@ impl Mailbox {
                             Err(e)
                                 if e.io_error().is_some_and(crate::sys::is_permission_denied) =>
                             {
-                                tracing::warn!(file = %dest.display(), "cannot annotate the claimed file (permission denied); the claim stands");
+                                tracing::warn!(file = ?dest, "cannot annotate the claimed file (permission denied); the claim stands");
                             }
                             Err(e) => return Err(e),
                         }
@@ -600,13 +600,13 @@ impl Mailbox {
             })
         })?;
         if back.is_none() {
-            tracing::warn!(file = %claimed.display(), "cannot put back a file claimed in a race; it stays in flight");
+            tracing::warn!(file = ?claimed, "cannot put back a file claimed in a race; it stays in flight");
         }
         self.io.sync_dir(dir)?;
         if let Some(slot) = claimed.parent() {
             self.io.sync_dir(slot)?;
         }
-        tracing::debug!(file = %claimed.display(), "put back a file used again under a name being claimed");
+        tracing::debug!(file = ?claimed, "put back a file used again under a name being claimed");
         Ok(())
     }
 

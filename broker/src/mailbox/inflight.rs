@@ -180,7 +180,7 @@ impl Mailbox {
                 continue; // an empty slot nobody holds: released again at once
             }
             if let Some(lock) = lock {
-                tracing::info!(slot = %dir.display(), signals = found.len(), "taking over the claims of a consumer that died");
+                tracing::info!(slot = ?dir, signals = found.len(), "taking over the claims of a consumer that died");
                 flight.adopted.push(Slot {
                     dir: dir.clone(),
                     _lock: lock,
@@ -260,10 +260,10 @@ impl Mailbox {
                                 self.io.sync_data(&f, &path)?;
                             }
                             Some(_) => {
-                                tracing::debug!(file = %path.display(), "no redelivery record: it would not stay one document");
+                                tracing::debug!(file = ?path, "no redelivery record: it would not stay one document");
                             }
                             None => {
-                                tracing::warn!(file = %path.display(), "cannot record the redelivery count in the file (not writable)")
+                                tracing::warn!(file = ?path, "cannot record the redelivery count in the file (not writable)")
                             }
                         }
                         sig.fields.extend(extra);
@@ -293,7 +293,7 @@ impl Mailbox {
                 v.get("redelivery").and_then(Value::as_u64).unwrap_or(0),
             ))
         }) else {
-            tracing::warn!(file = %marker.display(), "dropping an unreadable broadcast marker");
+            tracing::warn!(file = ?marker, "dropping an unreadable broadcast marker");
             self.drop_marker(marker)?;
             return Ok(None);
         };
@@ -434,7 +434,7 @@ impl Mailbox {
             Ok(match self.io.rename_noreplace(path, &dest)? {
                 Renamed::Done => Some(()),
                 Renamed::SourceGone => {
-                    tracing::warn!(file = %path.display(), "a claim in flight vanished before its acknowledgement");
+                    tracing::warn!(file = ?path, "a claim in flight vanished before its acknowledgement");
                     Some(())
                 }
                 Renamed::DestExists => {

@@ -116,6 +116,11 @@ impl Layout {
         self.agents.join(format!("{agent}.lock"))
     }
 
+    /// The record of the PAUSE in force for `agent`: `agents/<agent>.paused.json`.
+    pub(crate) fn paused_path(&self, agent: &str) -> PathBuf {
+        self.agents.join(format!("{agent}.paused.json"))
+    }
+
     /// The reason file beside a quarantined file: `rejected/<name>.reason.json`.
     pub(crate) fn reason_path(quarantined: &Path) -> PathBuf {
         let name = quarantined

@@ -171,7 +171,7 @@ impl Mailbox {
     /// kept listings, acks, and its claims in flight, which stay in the old root's slots.
     fn follow_root(&self) -> Result<()> {
         if self.io.refresh_root()? {
-            tracing::info!(root = %self.layout.root.display(), "the root was replaced: following it");
+            tracing::info!(root = ?self.layout.root, "the root was replaced: following it");
             self.flights
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -323,6 +323,7 @@ impl Mailbox {
         let mut dirs = vec![(self.layout.tmp.clone(), false)];
         dirs.push((self.layout.inputs.clone(), true));
         dirs.push((self.layout.rejected.clone(), true));
+        dirs.push((self.layout.agents.clone(), true));
         for e in self.io.list(&self.layout.acks, true)? {
             if e.kind == EntryKind::Dir {
                 dirs.push((self.layout.acks.join(&e.name), true));

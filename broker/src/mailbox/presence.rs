@@ -3,8 +3,12 @@
 
 use std::fs::File;
 
+use serde_json::Value;
+
 use super::Mailbox;
+use crate::atomic::{self, Clobber};
 use crate::error::{Error, Result};
+use crate::io::ReadOutcome;
 
 /// A held presence: while it lives, the orchestrator leaves this agent's signals in `inputs/`
 /// instead of buffering them. Several handles of one agent may hold it at once (shared lock);
@@ -42,5 +46,42 @@ impl Mailbox {
     /// True when a live handle holds `agent`'s presence.
     pub fn is_present(&self, agent: &str) -> bool {
         self.io.is_locked(&self.layout.lock_path(agent))
+    }
+
+    /// The PAUSE in force for `agent`, as [`Mailbox::set_paused`] recorded it; `None` when
+    /// the agent is not paused (or the record is unreadable: it is then removed by the next
+    /// `set_paused`). What a PAUSE means is a state, not a message: every consumer of the agent
+    /// (parallel hook calls, say) sees it until a RESUME clears it (spec/hooks.md).
+    pub fn paused(&self, agent: &str) -> Result<Option<Value>> {
+        self.check_agent(agent)?;
+        let path = self.layout.paused_path(agent);
+        Ok(match self.io.read_untrusted(&path, 64 * 1024)? {
+            ReadOutcome::Bytes(b, _) => serde_json::from_slice::<Value>(&b)
+                .ok()
+                .filter(Value::is_object),
+            _ => None,
+        })
+    }
+
+    /// Records (`Some`) or clears (`None`) the PAUSE in force for `agent`: `agents/<agent>
+    /// .paused.json`, written atomically and durably (staged, fsynced, renamed, directory
+    /// fsynced), removed durably.
+    pub fn set_paused(&self, agent: &str, pause: Option<&Value>) -> Result<()> {
+        self.check_agent(agent)?;
+        let path = self.layout.paused_path(agent);
+        match pause {
+            Some(v) => {
+                let mut bytes = serde_json::to_vec(v).expect("JSON serializes");
+                bytes.push(b'\n');
+                let stage = atomic::stage_name(&self.layout.agents, "paused");
+                atomic::write_atomic(&self.io, &stage, &path, &bytes, Clobber::Yes)?;
+            }
+            None => {
+                if self.io.remove(&path)? {
+                    self.io.sync_dir(&self.layout.agents)?;
+                }
+            }
+        }
+        Ok(())
     }
 }

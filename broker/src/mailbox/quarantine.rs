@@ -58,7 +58,7 @@ impl Mailbox {
             Ok(match atomic::claim(&self.io, &src, &dest, write_reason)? {
                 Claimed::Lost => Some(None),
                 Claimed::Won(_) => {
-                    tracing::info!(file = %src.display(), reason, "quarantined");
+                    tracing::info!(file = ?src, reason, "quarantined");
                     Some(Some(Rejection {
                         name: lossy(name),
                         path: dest,

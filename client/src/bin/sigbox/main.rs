@@ -91,7 +91,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
 
 /// Routes the parsed command line to its command.
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    init_tracing(cli.verbose);
+    init_tracing(cli.verbose, cli.json);
     cmd::set_settle(cli.settle);
     cmd::set_verbose(cli.verbose > 0);
     cmd::set_json(cli.json);
@@ -150,7 +150,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-fn init_tracing(verbose: u8) {
+/// Logging on stderr: `-v` and `RUST_LOG` choose how much; under `--json`, one JSON object per
+/// line like everything else there (values escaped by JSON), else text whose values are
+/// written with their control characters escaped (paths as `Debug`).
+fn init_tracing(verbose: u8, json: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.is_empty() => EnvFilter::new(v),
@@ -161,13 +164,17 @@ fn init_tracing(verbose: u8) {
             _ => "trace",
         }),
     };
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
-        .with_target(false)
-        .compact()
-        .init();
+        .with_target(false);
+    if json {
+        fmt.json().flatten_event(true).init();
+    } else {
+        fmt.with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
+            .compact()
+            .init();
+    }
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

@@ -7,13 +7,17 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use sigbox::{NewSignal, Signal, SignalType, Target};
+use sigbox::{Signal, SignalType};
 use sigbox_client::Checkpoint;
 
 use crate::cli::{HookArgs, Runtime};
 
 /// The most of an event read from stdin: a tool's whole output can ride in a PostToolUse.
 const MAX_EVENT: u64 = 16 << 20;
+
+/// How often a held tool call looks at the recorded PAUSE (a parallel call may clear it); it
+/// sleeps on filesystem events in between, so a signal for the agent wakes it at once.
+const HOLD_LOOK: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The lifecycle events sigbox answers, by what they can carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,8 +90,8 @@ impl Event {
 struct Verdict {
     /// An ABORT: stop the agent. The text names it.
     abort: Option<String>,
-    /// A PAUSE still in force (no RESUME, ABORT or STEER after it): the PAUSE itself.
-    pause: Option<Signal>,
+    /// The PAUSE in force (none came after it: RESUME, ABORT or STEER), as recorded.
+    pause: Option<Value>,
     /// What the model should read, one line per signal, oldest first.
     notes: Vec<String>,
     /// Some note is more than a RESUME (a STEER, an INFO, an approval): worth holding a tool
@@ -95,16 +99,29 @@ struct Verdict {
     news: bool,
 }
 
-/// The instant a PAUSE or RESUME counts from: a PAUSE carried over by an earlier hook call
-/// keeps the instant of the one it carries (`paused_since`), so a RESUME sent meanwhile is
-/// still later than it.
-fn control_instant(s: &Signal) -> Option<i64> {
-    s.fields
-        .get("paused_since")
+/// A signal's instant in nanoseconds (its `created_at`).
+fn instant(s: &Signal) -> Option<i64> {
+    s.created_at.and_then(|t| t.timestamp_nanos_opt())
+}
+
+/// The instant a recorded PAUSE counts from.
+fn record_instant(r: &Value) -> Option<i64> {
+    r.get("created_at")
         .and_then(Value::as_str)
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .or(s.created_at)
         .and_then(|t| t.timestamp_nanos_opt())
+}
+
+/// The record of a PAUSE in force (`agents/<agent>.paused.json`): what the model is told, and
+/// the instant a RESUME must be later than.
+fn pause_record(s: &Signal) -> Value {
+    json!({
+        "id": s.id,
+        "from": s.from,
+        "message": s.message,
+        "created_at": s.created_at.map(|t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)),
+        "line": describe(s),
+    })
 }
 
 /// One line a model reads about a signal: type, sender, time, text.
@@ -129,13 +146,12 @@ fn describe(s: &Signal) -> String {
     line
 }
 
-/// Folds the signals of a call into what the agent must do. A PAUSE is in force unless a
-/// RESUME counts from a later instant ([`control_instant`]: a carried PAUSE keeps its
-/// original's), or an ABORT or a STEER came after it.
-fn judge(signals: &[Signal]) -> Verdict {
+/// Folds the signals of a call into what the agent must do, from the PAUSE in force before
+/// them (`held`). A PAUSE stays in force until a RESUME from a later instant, an ABORT or a
+/// STEER arrives.
+fn judge(signals: &[Signal], held: Option<Value>) -> Verdict {
     let mut v = Verdict::default();
-    let mut pause: Option<&Signal> = None;
-    let mut resumed_at: Option<i64> = None;
+    let mut pause = held;
     for s in signals {
         match s.signal_type {
             SignalType::Abort => {
@@ -143,17 +159,18 @@ fn judge(signals: &[Signal]) -> Verdict {
                 pause = None;
             }
             SignalType::Pause => {
-                let at = control_instant(s);
-                let resumed_later = resumed_at.is_some_and(|r| at.is_none_or(|a| r >= a));
-                let newer = pause.is_none_or(|p| at >= control_instant(p));
-                if !resumed_later && newer {
-                    pause = Some(s);
+                let newer = pause
+                    .as_ref()
+                    .is_none_or(|p| instant(s) >= record_instant(p));
+                if newer {
+                    pause = Some(pause_record(s));
                 }
             }
             SignalType::Resume => {
-                let at = control_instant(s);
-                resumed_at = resumed_at.max(at);
-                if pause.is_some_and(|p| at >= control_instant(p)) {
+                if pause
+                    .as_ref()
+                    .is_some_and(|p| instant(s) >= record_instant(p))
+                {
                     pause = None;
                 }
                 v.notes.push(describe(s));
@@ -169,7 +186,7 @@ fn judge(signals: &[Signal]) -> Verdict {
             }
         }
     }
-    v.pause = pause.cloned();
+    v.pause = pause;
     v
 }
 
@@ -307,38 +324,6 @@ fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<Event, String> {
     Event::parse(runtime, &name).ok_or_else(|| format!("event {name:?} is not one sigbox answers"))
 }
 
-/// Carries a PAUSE over to the next hook call: sent again to the agent, keeping the instant
-/// it counts from, before this call hands the original over.
-fn carry_pause(cp: &Checkpoint, agent: &str, p: &Signal) -> sigbox::Result<String> {
-    let since = p
-        .fields
-        .get("paused_since")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .or_else(|| {
-            p.created_at
-                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
-        });
-    let mut s = NewSignal::new(SignalType::Pause);
-    s.target(Target::Agent(agent.to_string()));
-    if let Some(m) = &p.message {
-        s.message(m.clone());
-    }
-    if let Some(f) = &p.from {
-        s.from(f.clone());
-    }
-    if let Some(t) = since {
-        s.field("paused_since", json!(t));
-    }
-    let first = p
-        .fields
-        .get("pause_of")
-        .cloned()
-        .unwrap_or_else(|| json!(p.id));
-    s.field("pause_of", first);
-    cp.mailbox().send(&s)
-}
-
 pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
     let quiet_fail = |why: String| -> anyhow::Result<ExitCode> {
         if args.strict {
@@ -364,10 +349,32 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return quiet_fail(format!("{e}")),
     };
     cp.state(args.state.as_deref());
+    // The PAUSE in force is a recorded state, not a message: every call of the agent sees it
+    // (parallel tool calls too) until a RESUME, STEER or ABORT clears it.
+    let held = match cp.mailbox().paused(&agent) {
+        Ok(h) => h,
+        Err(e) => return quiet_fail(format!("{e}")),
+    };
     let mut delivered = match cp.poll() {
         Ok(s) => s,
         Err(e) => return quiet_fail(format!("{e}")),
     };
+    let mut verdict = judge(&delivered, held.clone());
+    // Recorded before anything more is claimed or handed over (the next pass acknowledges
+    // this one's claims): a call killed from here on loses no PAUSE.
+    let mut recorded = held.clone();
+    let record = |v: &Verdict, cp: &Checkpoint, recorded: &mut Option<Value>| {
+        if v.pause != *recorded {
+            cp.mailbox()
+                .set_paused(&agent, v.pause.as_ref())
+                .map_err(|e| format!("cannot record the PAUSE: {e}"))?;
+            *recorded = v.pause.clone();
+        }
+        Ok::<(), String>(())
+    };
+    if let Err(why) = record(&verdict, &cp, &mut recorded) {
+        return quiet_fail(why);
+    }
     // A pass stops at a PAUSE (spec/mailbox.md §6): look again at once, so that a RESUME or
     // STEER already waiting behind it is read in this call.
     let mut again = 0;
@@ -378,7 +385,13 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
     {
         again += 1;
         match cp.poll() {
-            Ok(more) if !more.is_empty() => delivered.extend(more),
+            Ok(more) if !more.is_empty() => {
+                delivered.extend(more);
+                verdict = judge(&delivered, held.clone());
+                if let Err(why) = record(&verdict, &cp, &mut recorded) {
+                    return quiet_fail(why);
+                }
+            }
             Ok(_) => break,
             Err(e) => {
                 tracing::warn!(error = %e, "hook: a pass after a PAUSE failed");
@@ -386,9 +399,9 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let mut verdict = judge(&delivered);
     // A PAUSE in force before a tool call: hold the call, sleeping on filesystem events, until
-    // a RESUME, ABORT or STEER arrives or the bound passes (under the runtime's time limit).
+    // a RESUME, ABORT or STEER arrives (here, or taken by a parallel call of the agent, which
+    // clears the record) or the bound passes (under the runtime's time limit).
     if verdict.pause.is_some() && verdict.abort.is_none() && event == Event::PreTool {
         let deadline = Instant::now() + args.pause_wait;
         while verdict.pause.is_some() && verdict.abort.is_none() {
@@ -396,10 +409,20 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
             if left.is_zero() {
                 break;
             }
-            match cp.wait(Some(left)) {
+            match cp.wait(Some(left.min(HOLD_LOOK))) {
                 Ok(more) => {
+                    // Another call may have cleared (or renewed) the record meanwhile.
+                    let now_held = cp.mailbox().paused(&agent).unwrap_or(None);
+                    recorded = now_held.clone();
+                    let fresh = judge(&more, now_held);
+                    verdict.abort = verdict.abort.take().or(fresh.abort);
+                    verdict.notes.extend(fresh.notes);
+                    verdict.news |= fresh.news;
+                    verdict.pause = fresh.pause;
                     delivered.extend(more);
-                    verdict = judge(&delivered);
+                    if let Err(why) = record(&verdict, &cp, &mut recorded) {
+                        return quiet_fail(why);
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "hook: the wait for a RESUME failed");
@@ -408,18 +431,10 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    // A PAUSE still in force is carried over before anything is handed over: never lost.
     let pause_text = match (&verdict.pause, &verdict.abort) {
-        (Some(p), None) => {
-            if let Err(e) = carry_pause(&cp, &agent, p) {
-                // Not handed over either: this call's claims come back at the next call.
-                return quiet_fail(format!("cannot carry the PAUSE over: {e}"));
-            }
-            Some(describe(p))
-        }
+        (Some(p), None) => p.get("line").and_then(Value::as_str).map(str::to_string),
         _ => None,
     };
-    // The PAUSE's own line is in `pause_text`; a resumed one already said RESUME in notes.
     let answer = answer(args.runtime, event, &verdict, pause_text.as_deref());
     if let Some(a) = &answer {
         let mut out = std::io::stdout().lock();

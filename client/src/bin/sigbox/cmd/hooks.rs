@@ -34,12 +34,27 @@ pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<E
         HooksCmd::Uninstall { runtime, place } => (runtime, place, None),
     };
     let file = settings_file(runtime, &place)?;
-    let old = read_settings(&file)?;
+    let old = read_settings(runtime, &file)?;
     let mut new = old.clone().unwrap_or_else(|| match runtime {
         Runtime::Copilot => json!({"version": 1, "hooks": {}}),
         _ => json!({}),
     });
     let removed = remove_ours(runtime, &mut new);
+    // An uninstall that empties `hooks` leaves no `hooks: {}` behind where there was none
+    // before (Copilot's file keeps it: it is the file's whole point).
+    let had_hooks = |v: &Value| {
+        v.get("hooks")
+            .and_then(Value::as_object)
+            .is_some_and(|h| !h.is_empty())
+    };
+    if entry.is_none()
+        && runtime != Runtime::Copilot
+        && !new.get("hooks").is_some_and(|_| had_hooks(&new))
+        && new.get("hooks").is_some()
+        && let Some(o) = new.as_object_mut()
+    {
+        o.remove("hooks");
+    }
     let mut added = 0;
     if let Some((agent, state)) = &entry {
         for &event in Event::installed(runtime) {
@@ -56,10 +71,17 @@ pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<E
     };
     if place.dry_run {
         let text = serde_json::to_string_pretty(&new).expect("JSON serializes");
-        out.emit(
+        out.emit_lines(
             &json!({"action": action, "file": path_json(&file), "changed": changed,
                     "dry_run": true, "content": new}),
-            || format!("would write {}:\n{text}", file.display()),
+            || {
+                if !changed {
+                    return vec![format!("{}: nothing to change", file.display())];
+                }
+                let mut lines = vec![format!("would write {}:", file.display())];
+                lines.extend(text.lines().map(str::to_string));
+                lines
+            },
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -128,10 +150,17 @@ fn command_line(
     let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
     let root = std::path::absolute(root)
         .with_context(|| format!("{}: cannot make the root absolute", root.display()))?;
+    let (Some(exe), Some(root_s)) = (exe.to_str(), root.to_str()) else {
+        bail!(
+            "{}: a path that is not UTF-8 cannot be written into the runtime's JSON settings; \
+             use a UTF-8 root",
+            root.display()
+        );
+    };
     let mut words = vec![
-        quote(&exe.to_string_lossy()),
+        quote(exe),
         "--root".into(),
-        quote(&root.to_string_lossy()),
+        quote(root_s),
         "hook".into(),
         runtime.as_str().into(),
         "--as".into(),
@@ -157,20 +186,24 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// True when a hook's command is sigbox's hook for this runtime.
+/// True when a hook's command is the one `hooks install` writes for this runtime: the
+/// program named exactly `sigbox`, then `--root ROOT hook RUNTIME --as`. Anything else (a
+/// `sigbox-audit` of the user's own, a wrapper) is someone else's and kept.
 fn is_ours(runtime: Runtime, command: &str) -> bool {
-    command.contains(&format!(" hook {} --as ", runtime.as_str()))
-        && command.split_whitespace().next().is_some_and(|exe| {
-            exe.trim_matches('\'')
-                .rsplit('/')
-                .next()
-                .is_some_and(|b| b.starts_with("sigbox"))
-        })
+    let Some(rest) = command.split_once(" --root ") else {
+        return false;
+    };
+    let exe = rest.0.trim_matches('\'');
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    name == "sigbox"
+        && rest
+            .1
+            .contains(&format!(" hook {} --as ", runtime.as_str()))
 }
 
 /// The file as JSON, `None` when it does not exist; refused (untouched) when it is not a JSON
 /// object whose `hooks` is an object of arrays.
-fn read_settings(file: &Path) -> anyhow::Result<Option<Value>> {
+fn read_settings(runtime: Runtime, file: &Path) -> anyhow::Result<Option<Value>> {
     let meta = match std::fs::symlink_metadata(file) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -196,7 +229,7 @@ fn read_settings(file: &Path) -> anyhow::Result<Option<Value>> {
         bail!("{}: not a JSON object; left untouched", file.display());
     };
     match obj.get("hooks") {
-        None | Some(Value::Null) => {}
+        None => {}
         Some(Value::Object(events)) => {
             for (event, groups) in events {
                 if !groups.is_array() {
@@ -211,6 +244,13 @@ fn read_settings(file: &Path) -> anyhow::Result<Option<Value>> {
             "{}: `hooks` is not an object; left untouched",
             file.display()
         ),
+    }
+    // Copilot ignores a hooks file whose version is not 1: hooks added there would never run.
+    if runtime == Runtime::Copilot && obj.get("version") != Some(&json!(1)) {
+        bail!(
+            "{}: `version` is not 1, so Copilot would not run its hooks; left untouched",
+            file.display()
+        );
     }
     Ok(Some(v))
 }
@@ -314,28 +354,39 @@ fn add(
 }
 
 /// Writes `settings` to `file` atomically (a staged file fsynced, renamed over, the
-/// directory fsynced), the old file kept beside it as `<file>.sigbox-backup`.
+/// directory fsynced), the old file kept beside it as `<file>.sigbox-backup` (itself staged
+/// and renamed into place, after the new file is staged).
 fn write_settings(file: &Path, existed: bool, settings: &Value) -> anyhow::Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
     let name = file.file_name().unwrap_or_default().to_string_lossy();
-    if existed {
-        let backup = dir.join(format!("{name}.sigbox-backup"));
-        std::fs::copy(file, &backup)
-            .with_context(|| format!("{}: cannot write the backup", backup.display()))?;
-    }
+    let stage = |bytes: &[u8]| -> anyhow::Result<tempfile::NamedTempFile> {
+        let mut staged = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(dir)
+            .with_context(|| format!("{}: cannot stage a file", dir.display()))?;
+        staged.write_all(bytes)?;
+        staged.as_file().sync_all()?;
+        Ok(staged)
+    };
     let mut bytes = serde_json::to_vec_pretty(settings).expect("JSON serializes");
     bytes.push(b'\n');
-    let mut staged = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .with_context(|| format!("{}: cannot stage the new settings", dir.display()))?;
-    staged.write_all(&bytes)?;
-    staged.as_file().sync_all()?;
-    // Keep the old file's permissions (a user's settings may be private).
-    if existed && let Ok(m) = std::fs::metadata(file) {
-        let _ = staged.as_file().set_permissions(m.permissions());
+    // The new file first: if it cannot be staged, nothing (the backup included) is touched.
+    let staged = stage(&bytes)?;
+    if existed {
+        // The backup is renamed into place like the file itself: whatever is at its name (a
+        // symlink, a FIFO planted there) is replaced, never followed or opened.
+        let old = std::fs::read(file).with_context(|| format!("{}", file.display()))?;
+        let backup = dir.join(format!("{name}.sigbox-backup"));
+        stage(&old)?
+            .persist(&backup)
+            .map_err(|e| e.error)
+            .with_context(|| format!("{}: cannot write the backup", backup.display()))?;
+        // Keep the old file's permissions (a user's settings may be private).
+        if let Ok(m) = std::fs::metadata(file) {
+            let _ = staged.as_file().set_permissions(m.permissions());
+        }
     }
     staged
         .persist(file)
