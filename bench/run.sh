@@ -18,6 +18,16 @@ echo; echo "## Waiting"; ./target/release/wait "$dir"
 echo; echo "## Stream parsers"; ./target/release/streams
 echo; echo "## Coding-agent hooks"; ./target/release/hooks "$dir"
 echo; echo "## MCP server"; ./target/release/mcp "$dir"
+echo; echo "## Python package"
+py="${SIGBOX_PYTHON:-$PWD/target/py-tools/bin/python}"
+if "$py" -m maturin --version >/dev/null 2>&1; then
+  rm -rf target/py-wheels-release
+  (cd python && "$py" -m maturin build --release --quiet -o ../target/py-wheels-release -i "$py")
+  "$py" -m pip install --quiet --force-reinstall --no-deps target/py-wheels-release/*.whl
+  "$py" bench/py_poll.py "$dir" target/release
+else
+  echo "(no Python with maturin: run .ci/run once, or set SIGBOX_PYTHON)"
+fi
 echo; echo "## Producers after mass deletions (churn)"
 if [ -n "${SIGBOX_BENCH_NO_CHURN:-}" ]; then
   echo "(skipped: SIGBOX_BENCH_NO_CHURN is set)"

@@ -1,0 +1,179 @@
+"""sigbox: the checkpoint of a crash-safe, file-based signal broker for agent pipelines.
+
+    import sigbox
+
+    with sigbox.Checkpoint("signals", "Executor") as cp:
+        for signal in cp.poll():
+            if signal.type is sigbox.SignalType.ABORT:
+                ...
+
+A checkpoint holds the agent's presence while open. What `poll` and `wait` return stays in
+flight until acknowledged: by `ack()`, by the next `poll`/`wait`, or by leaving the `with`
+block without an exception. A process that dies first gets them again at its next checkpoint,
+marked (`Signal.redelivery > 0`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import types
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, List, Mapping, Optional
+
+from . import _sigbox
+from ._sigbox import InvalidSignalError, MailboxError, SigboxError
+
+__all__ = [
+    "Checkpoint",
+    "InvalidSignalError",
+    "MailboxError",
+    "Signal",
+    "SignalType",
+    "SigboxError",
+    "init",
+    "send",
+]
+
+
+class SignalType(str, enum.Enum):
+    """A signal's type (STOP is delivered as ABORT)."""
+
+    STEER = "STEER"
+    INFO = "INFO"
+    PAUSE = "PAUSE"
+    ABORT = "ABORT"
+    APPROVE = "APPROVE"
+    SKIP = "SKIP"
+    RESUME = "RESUME"
+
+
+def _datetime(text: Optional[str]) -> Optional[datetime]:
+    if text is None:
+        return None
+    # Python 3.9's fromisoformat wants `+00:00`, never `Z`; sigbox writes microseconds.
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A delivered signal, immutable."""
+
+    id: str
+    """Its identity for its whole life (what `send` returned)."""
+    type: SignalType
+    target: Optional[str]
+    """An agent, "ALL", or None (no target)."""
+    message: Optional[str]
+    sender: Optional[str]
+    """Who sent it (the body's `from`)."""
+    iteration: Optional[int]
+    created_at: Optional[datetime]
+    """When it was created: timezone-aware, or None when the body does not say."""
+    redelivery: int
+    """0, or how many times it was given again after a consumer stopped before the hand-over."""
+    path: str
+    fields: Mapping[str, Any]
+    """The whole body, unknown fields included (read-only)."""
+
+    @classmethod
+    def _of(cls, d: dict) -> "Signal":
+        return cls(
+            id=d["id"],
+            type=SignalType(d["type"]),
+            target=d["target"],
+            message=d["message"],
+            sender=d["from"],
+            iteration=d["iteration"],
+            created_at=_datetime(d["created_at"]),
+            redelivery=d["redelivery"],
+            path=d["path"],
+            fields=types.MappingProxyType(json.loads(d["fields"])),
+        )
+
+
+class Checkpoint:
+    """One agent's handle on a mailbox: a context manager that holds the agent's presence."""
+
+    def __init__(self, root: str, agent: str, state: Optional[str] = None) -> None:
+        self._native = _sigbox.Checkpoint(str(root), agent, state)
+        # Signals a cancelled `wait_async` claimed after its caller stopped listening: given
+        # by the next call, never acknowledged unseen.
+        self._held: List[Signal] = []
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        # Left normally: what was returned was acted on. On an exception it was perhaps not:
+        # the next checkpoint of the agent gives it again, marked.
+        self.close(ack=exc_type is None and not self._held)
+
+    def _take(self, got: List[dict]) -> List[Signal]:
+        held, self._held = self._held, []
+        return held + [Signal._of(d) for d in got]
+
+    def poll(self) -> List[Signal]:
+        """One checkpoint pass: the delivered signals, oldest first (the GIL is released)."""
+        return self._take(self._native.poll() if not self._held else [])
+
+    def wait(self, timeout: Optional[float] = None) -> List[Signal]:
+        """Blocks, sleeping on filesystem events with the GIL released, until a signal is
+        delivered or `timeout` seconds pass (None: for ever). Ctrl-C raises KeyboardInterrupt
+        within 0.1 s, never losing a signal already claimed."""
+        if self._held:
+            return self._take([])
+        return self._take(self._native.wait(timeout))
+
+    def wait_resume(self, timeout: Optional[float] = None) -> List[Signal]:
+        """The PAUSE handler: blocks until a RESUME, ABORT, STEER or INFO arrives (or
+        `timeout`), returning everything delivered meanwhile."""
+        return self._take(self._native.wait_resume(timeout))
+
+    async def wait_async(self, timeout: Optional[float] = None) -> List[Signal]:
+        """`wait` for asyncio: runs in a worker thread in short slices, so a cancelled task
+        stops within 0.2 s; signals claimed by a slice still running when it is cancelled are
+        kept for the next call."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = 0.2 if deadline is None else max(0.0, min(0.2, deadline - loop.time()))
+            task = asyncio.ensure_future(asyncio.to_thread(self._native.wait, left))
+            try:
+                got = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                got = await task
+                self._held.extend(Signal._of(d) for d in got)
+                raise
+            if got or self._held or (deadline is not None and loop.time() >= deadline):
+                return self._take(got)
+
+    def ack(self) -> int:
+        """Acknowledges what was delivered: never given again, also after a crash."""
+        return self._native.ack()
+
+    def close(self, ack: bool = True) -> None:
+        """Releases the presence (acknowledging what was delivered first, unless `ack` is
+        false). A closed checkpoint raises MailboxError."""
+        self._native.close(ack)
+
+
+def send(
+    root: str,
+    type: "SignalType | str",
+    message: Optional[str] = None,
+    target: Optional[str] = None,
+    sender: Optional[str] = None,
+    iteration: Optional[int] = None,
+) -> str:
+    """Sends a signal durably; returns its id. `target`: an agent, "ALL" (the default), or ""
+    for no target. Refused as the CLI refuses (InvalidSignalError)."""
+    t = type.value if isinstance(type, SignalType) else str(type)
+    return _sigbox.send(str(root), t, message, target, sender, iteration)
+
+
+def init(root: str) -> None:
+    """Creates the mailbox layout at `root` (idempotent)."""
+    _sigbox.init(str(root))
