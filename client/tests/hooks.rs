@@ -73,6 +73,14 @@ fn hook(root: &Path, runtime: &str, event: &str, extra: &[&str]) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// A fresh mailbox in a temporary directory (kept while the first value lives).
+fn fresh() -> (tempfile::TempDir, PathBuf, Mailbox) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    let mb = Mailbox::init(&root).unwrap();
+    (dir, root, mb)
+}
+
 fn send(mb: &Mailbox, ty: SignalType, msg: &str) {
     mb.send(
         NewSignal::new(ty)
@@ -280,9 +288,7 @@ fn every_runtime_event_and_signal_is_answered_in_the_documented_shape() {
 /// the call then goes on with the RESUME as context.
 #[test]
 fn a_pause_holds_the_tool_call_until_resume() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("signals");
-    let mb = Mailbox::init(&root).unwrap();
+    let (_dir, root, mb) = fresh();
     send(&mb, SignalType::Pause, "hold on");
     let resumer = {
         let root = root.clone();
@@ -335,9 +341,7 @@ fn a_pause_holds_the_tool_call_until_resume() {
 /// takes away.
 #[test]
 fn a_pause_holds_parallel_calls_and_survives_a_killed_hook() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("signals");
-    let mb = Mailbox::init(&root).unwrap();
+    let (_dir, root, mb) = fresh();
     send(&mb, SignalType::Pause, "hold on");
     // A holder, killed in the middle of its hold.
     let mut holder = Command::new(BIN)
@@ -409,9 +413,7 @@ fn a_pause_holds_parallel_calls_and_survives_a_killed_hook() {
 /// stderr; `--strict` makes it an error. Nothing is claimed.
 #[test]
 fn a_bad_event_answers_nothing_and_claims_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("signals");
-    let mb = Mailbox::init(&root).unwrap();
+    let (_dir, root, mb) = fresh();
     send(&mb, SignalType::Steer, "keep me");
     for (input, strict) in [
         ("not json", false),
@@ -457,9 +459,7 @@ fn a_bad_event_answers_nothing_and_claims_nothing() {
 /// marked as a redelivery.
 #[test]
 fn an_answer_not_written_comes_back_marked() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("signals");
-    let mb = Mailbox::init(&root).unwrap();
+    let (_dir, root, mb) = fresh();
     send(&mb, SignalType::Steer, "say it again");
     let mut child = Command::new(BIN)
         .arg("--root")
