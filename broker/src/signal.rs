@@ -142,6 +142,26 @@ impl Target {
         }
     }
 
+    /// Parses the target a sender names (the CLI's `--target`, the MCP `send` tool, the
+    /// Python `send`): `ALL` or an agent, as [`Target::parse`] reads them; an empty name, or
+    /// `none`, `null` or `-` (which read as an agent named so, or as nothing) are refused, so
+    /// that a signal never waits for an agent nobody meant.
+    pub fn parse_sent(s: &str) -> std::result::Result<Target, String> {
+        let t = s.trim();
+        if t.is_empty() {
+            return Err("the target is empty: name an agent or ALL".into());
+        }
+        if ["none", "null", "-"]
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(t))
+        {
+            return Err(format!(
+                "target {s:?} names no agent: send without a target instead"
+            ));
+        }
+        Target::parse(Some(t))
+    }
+
     /// The agent name, for an agent target.
     pub fn agent(&self) -> Option<&str> {
         match self {

@@ -335,13 +335,20 @@ impl Checkpoint {
     /// waiting. Sleeps like [`Checkpoint::wait`]: no CPU is spent while paused.
     pub fn wait_resume(&mut self, timeout: Option<Duration>) -> sigbox::Result<Vec<Signal>> {
         let deadline = crate::watch::deadline_after(timeout);
-        let mut got = Vec::new();
+        let mut got: Vec<Signal> = Vec::new();
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 return Ok(got);
             }
-            let batch = self.wait(left)?;
+            // What earlier rounds gathered is not returned yet: it stays in flight, never
+            // acknowledged by the next round's pass (a crash now gives it again, marked).
+            let mut control = PassControl::new();
+            control.ack_later();
+            if !got.is_empty() {
+                control.keep_handed();
+            }
+            let batch = self.wait_with(left, &control, &mut |_| Ok(()))?;
             let ends = batch.iter().any(|s| {
                 matches!(
                     s.signal_type,

@@ -65,3 +65,27 @@ fn wait_resume_times_out_empty() {
             .is_empty()
     );
 }
+
+/// `wait_resume` gathers rounds before it returns: what an earlier round claimed is not
+/// acknowledged by a later round's pass (a consumer killed while it waits gets it again).
+#[test]
+fn wait_resume_acknowledges_nothing_it_has_not_returned() {
+    let dir = tempfile::tempdir().unwrap();
+    let mb = Mailbox::init(dir.path()).unwrap();
+    let root = dir.path().to_path_buf();
+    let waiter = std::thread::spawn(move || {
+        let mut cp = Checkpoint::open(&root, "Executor").unwrap();
+        cp.wait_resume(Some(Duration::from_millis(1500))).unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    mb.send(&to_exec(SignalType::Pause, "hold")).unwrap();
+    // Rounds after the PAUSE run now; none may acknowledge it.
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        mb.processed().unwrap().is_empty(),
+        "acknowledged before it was returned"
+    );
+    let got = waiter.join().unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].signal_type, SignalType::Pause);
+}

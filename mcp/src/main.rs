@@ -235,10 +235,7 @@ impl Server {
         })?;
         let target = match args.target.as_deref() {
             None => Target::All,
-            Some(t) if t.trim().is_empty() => {
-                return Err("target is empty: name an agent or ALL".into());
-            }
-            Some(t) => Target::parse(Some(t))?,
+            Some(t) => Target::parse_sent(t)?,
         };
         let mut s = NewSignal::new(ty);
         s.target(target).from(self.agent.clone());

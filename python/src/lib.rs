@@ -9,7 +9,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use sigbox::{ErrorKind, NewSignal, Signal, SignalType, Target};
+use sigbox::{ErrorKind, NewSignal, PassControl, Signal, SignalType, Target};
 use sigbox_client::Checkpoint as Inner;
 
 create_exception!(
@@ -90,6 +90,9 @@ fn signals<'py>(py: Python<'py>, list: &[Signal]) -> PyResult<Vec<Bound<'py, PyD
 #[pyclass(module = "sigbox._sigbox")]
 struct Checkpoint {
     inner: Mutex<Option<Inner>>,
+    /// Claimed and not returned: a wait interrupted by Ctrl-C keeps what it had here, and the
+    /// next call returns it first. Never acknowledged before it is returned.
+    stash: Mutex<Vec<Signal>>,
 }
 
 impl Checkpoint {
@@ -116,8 +119,9 @@ impl Checkpoint {
     }
 
     /// Waits in slices, looking for KeyboardInterrupt between them; `stop` says when what was
-    /// gathered is enough. A slice that delivered is never dropped: an interrupt is raised only
-    /// when nothing is held.
+    /// gathered is enough. Only the first slice acknowledges what earlier calls returned;
+    /// later ones keep everything in flight, since nothing gathered is returned yet. An
+    /// interrupt with signals in hand stashes them (the next call returns them) and raises.
     fn wait_until<'py>(
         &self,
         py: Python<'py>,
@@ -126,9 +130,9 @@ impl Checkpoint {
     ) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let deadline = match timeout {
             None => None,
-            Some(t) if t.is_finite() && t >= 0.0 => {
-                Some(Instant::now() + Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX / 4))
-            }
+            Some(t) if t.is_finite() && t >= 0.0 => Duration::try_from_secs_f64(t)
+                .ok()
+                .and_then(|d| Instant::now().checked_add(d)),
             Some(t) => {
                 return Err(error(
                     py,
@@ -138,24 +142,41 @@ impl Checkpoint {
                 ));
             }
         };
-        let mut got: Vec<Signal> = Vec::new();
+        let mut got: Vec<Signal> = self.take_stash();
+        if !got.is_empty() {
+            return signals(py, &got);
+        }
+        let mut first = true;
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let slice = left.map_or(SLICE, |l| l.min(SLICE));
-            let batch = self.with(py, |cp| cp.wait(Some(slice)))?;
+            let keep = !first;
+            first = false;
+            let batch = self.with(py, move |cp| {
+                let mut control = PassControl::new();
+                control.ack_later();
+                if keep {
+                    control.keep_handed();
+                }
+                cp.wait_with(Some(slice), &control, &mut |_| Ok(()))
+            })?;
             got.extend(batch);
+            if let Err(e) = py.check_signals() {
+                // Claimed and not returned: kept for the next call, never lost.
+                self.stash
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(got);
+                return Err(e);
+            }
             if stop(&got) || left.is_some_and(|l| l <= SLICE) {
                 return signals(py, &got);
             }
-            if let Err(e) = py.check_signals() {
-                if got.is_empty() {
-                    return Err(e);
-                }
-                // Raised at the next call; what is held is returned now.
-                e.restore(py);
-                return signals(py, &got);
-            }
         }
+    }
+
+    fn take_stash(&self) -> Vec<Signal> {
+        std::mem::take(&mut *self.stash.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -169,11 +190,16 @@ impl Checkpoint {
         cp.state(state.as_deref());
         Ok(Checkpoint {
             inner: Mutex::new(Some(cp)),
+            stash: Mutex::new(Vec::new()),
         })
     }
 
     /// One checkpoint pass: the delivered signals, oldest first.
     fn poll<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let stashed = self.take_stash();
+        if !stashed.is_empty() {
+            return signals(py, &stashed);
+        }
         let got = self.with(py, |cp| cp.poll())?;
         signals(py, &got)
     }
@@ -205,8 +231,17 @@ impl Checkpoint {
         })
     }
 
-    /// Acknowledges what was delivered: never given again. Returns how many.
+    /// Acknowledges what was delivered (returned): never given again. Returns how many.
+    /// What a Ctrl-C left stashed, not returned yet, stays in flight.
     fn ack(&self, py: Python<'_>) -> PyResult<usize> {
+        if !self
+            .stash
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            return Ok(0);
+        }
         self.with(py, |cp| cp.ack())
     }
 
@@ -214,6 +249,8 @@ impl Checkpoint {
     #[pyo3(signature = (ack=true))]
     fn close(&self, py: Python<'_>, ack: bool) -> PyResult<()> {
         let taken = py.detach(|| self.inner.lock().unwrap_or_else(|e| e.into_inner()).take());
+        // Signals stashed and never returned are not acknowledged: given again, marked.
+        let ack = ack && self.take_stash().is_empty();
         if let Some(cp) = taken {
             // Moved into the closure: a checkpoint is Send, not Sync.
             py.detach(move || if ack { cp.ack().map(|_| ()) } else { Ok(()) })
@@ -241,8 +278,20 @@ fn send(
     message: Option<String>,
     target: Option<String>,
     sender: Option<String>,
-    iteration: Option<u64>,
+    iteration: Option<i128>,
 ) -> PyResult<String> {
+    let iteration = iteration
+        .map(|i| {
+            u64::try_from(i).map_err(|_| {
+                error(
+                    py,
+                    format!("iteration {i}: a whole number from 0 to 2^64-1"),
+                    None,
+                    true,
+                )
+            })
+        })
+        .transpose()?;
     let ty = SignalType::parse(signal_type).ok_or_else(|| {
         error(
             py,
@@ -257,7 +306,7 @@ fn send(
     let target = match target.as_deref() {
         None => Target::All,
         Some("") => Target::None,
-        Some(t) => Target::parse(Some(t)).map_err(|e| error(py, e, None, true))?,
+        Some(t) => Target::parse_sent(t).map_err(|e| error(py, e, None, true))?,
     };
     if let Some(f) = &sender
         && (f.trim().is_empty() || f.chars().any(char::is_control))

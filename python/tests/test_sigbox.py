@@ -58,8 +58,10 @@ def test_signal_is_immutable_and_typed(root):
     assert s.fields["type"] == "ABORT"  # `stop` is written as ABORT
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.message = "changed"  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        s.fields["type"] = "x"  # type: ignore[index]
+    # `fields` is the signal's own copy: changing it changes nothing else.
+    s.fields["type"] = "x"
+    with Checkpoint(root, "Executor") as cp:
+        assert cp.poll() == []
 
 
 def test_unknown_fields_are_kept(root, tmp_path):
@@ -223,3 +225,100 @@ def test_exactly_once_across_python_processes_and_the_cli(root, tmp_path):
     assert len(seen) == len(set(seen)), "a signal given twice"
     assert sorted(seen) == sorted(f"m{i}" for i in range(n))
     assert sum(1 for o in outs if json.loads(o.read_text())) >= 2, "the processes raced"
+
+
+def test_signals_pickle_hash_and_copy(root):
+    import copy
+    import pickle
+    sigbox.send(root, "steer", "p", target="Executor")
+    with Checkpoint(root, "Executor") as cp:
+        (s,) = cp.poll()
+    assert pickle.loads(pickle.dumps(s)) == s
+    assert copy.deepcopy(s) == s
+    assert dataclasses.asdict(s)["message"] == "p"
+    assert len({s, s}) == 1
+
+
+def test_roots_as_paths_and_bytes(tmp_path):
+    import pathlib
+    r = tmp_path / "as-path"
+    sigbox.init(r)
+    sigbox.send(pathlib.Path(r), "info", "x", target="Executor")
+    b = os.fsencode(str(tmp_path)) + b"/raw\xffname"
+    sigbox.init(b)
+    sigbox.send(b, "info", "y", target="Executor")
+    assert os.path.isdir(os.path.join(os.fsencode(str(tmp_path)), b"raw\xffname", b"inputs"))
+    with Checkpoint(b, "Executor") as cp:
+        assert [s.message for s in cp.poll()] == ["y"]
+    with Checkpoint(r, "Executor") as cp:
+        assert [s.message for s in cp.poll()] == ["x"]
+
+
+def test_targets_are_checked_as_the_cli_checks_them(root):
+    for bad in ["none", "None", "null", "-", "  ", "../x"]:
+        with pytest.raises(sigbox.InvalidSignalError):
+            sigbox.send(root, "steer", "x", target=bad)
+    with pytest.raises(sigbox.InvalidSignalError):
+        sigbox.send(root, "steer", "x", iteration=-1)
+    with Checkpoint(root, "Executor") as cp:
+        for t in (float("nan"), float("inf"), -1.0):
+            with pytest.raises(sigbox.InvalidSignalError):
+                cp.wait(t)
+        assert cp.wait(0.0) == []
+        assert cp.wait(1e19 * 0) == []
+
+
+def _child(root, body):
+    script = "import sys, time, signal, sigbox\n" + textwrap.dedent(body).format(root=root)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+
+
+def test_wait_resume_killed_loses_no_pause(root):
+    p = _child(root, """
+        cp = sigbox.Checkpoint({root!r}, "Executor")
+        print("waiting", flush=True)
+        cp.wait_resume(60)
+        """)
+    assert p.stdout.readline().strip() == "waiting"
+    sigbox.send(root, "pause", "hold", target="Executor")
+    time.sleep(0.6)
+    p.kill()
+    p.wait()
+    with Checkpoint(root, "Executor") as cp:
+        got = cp.poll()
+    assert [(s.type, s.redelivery) for s in got] == [(SignalType.PAUSE, 1)]
+
+
+def test_ctrl_c_with_a_claim_in_hand_keeps_it_for_the_next_call(root):
+    p = _child(root, """
+        cp = sigbox.Checkpoint({root!r}, "Executor")
+        print("waiting", flush=True)
+        try:
+            cp.wait_resume(60)
+        except KeyboardInterrupt:
+            print("interrupted", [s.message for s in cp.poll()], flush=True)
+        """)
+    assert p.stdout.readline().strip() == "waiting"
+    sigbox.send(root, "pause", "hold", target="Executor")
+    time.sleep(0.6)
+    p.send_signal(signal.SIGINT)
+    line = p.stdout.readline().strip()
+    p.wait(timeout=10)
+    assert line == "interrupted ['hold']", line
+
+
+def test_a_twice_cancelled_async_wait_keeps_its_claim(root):
+    async def go():
+        with Checkpoint(root, "Executor") as cp:
+            task = asyncio.ensure_future(cp.wait_async(30))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            task.cancel()
+            sigbox.send(root, "info", "kept twice", target="Executor")
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            got = cp.wait(5)
+            assert [s.message for s in got] == ["kept twice"]
+    asyncio.run(go())

@@ -1,5 +1,6 @@
 """Checked by mypy --strict (python/tests/pytest.rs): the package's types as an agent sees them."""
 
+import pathlib
 from datetime import datetime
 from typing import List, Optional
 
@@ -18,6 +19,8 @@ def step(root: str) -> List[str]:
         n: int = cp.ack()
         out.append(str(n))
     ident: str = sigbox.send(root, sigbox.SignalType.STEER, "x", target="Executor")
+    sigbox.init(pathlib.Path(root))
+    sigbox.init(root.encode())
     out.append(ident)
     try:
         sigbox.send(root, "wobble")

@@ -49,6 +49,15 @@ impl Flight {
     fn holds(&self, dir: &Path) -> bool {
         self.own.iter().chain(&self.adopted).any(|s| s.dir == dir)
     }
+
+    /// True when `path` was handed over and waits for its acknowledgement (a pass that keeps
+    /// what was handed, [`PassControl::keep_handed`](super::PassControl::keep_handed), finds
+    /// it still in the slot: it is no orphan).
+    fn handed(&self, path: &Path) -> bool {
+        self.handed
+            .iter()
+            .any(|h| matches!(h, Held::Claim(p) | Held::Marker(p) if p == path))
+    }
 }
 
 /// Where a delivery sits until it is acknowledged.
@@ -170,6 +179,9 @@ impl Mailbox {
             };
             let mut found = Vec::new();
             for f in self.slot_entries(&dir)? {
+                if lock.is_none() && flight.handed(&dir.join(&f)) {
+                    continue;
+                }
                 if !Layout::is_marker(&f) && self.resolve_twin(agent, &dir, &f)? {
                     continue;
                 }

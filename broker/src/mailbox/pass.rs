@@ -32,6 +32,7 @@ pub struct PassControl<'a> {
     stop: Option<&'a AtomicBool>,
     idle: Option<&'a AtomicBool>,
     ack_later: bool,
+    keep_handed: bool,
 }
 
 impl<'a> PassControl<'a> {
@@ -67,6 +68,16 @@ impl<'a> PassControl<'a> {
     /// returns. Default: acknowledged at once.
     pub fn ack_later(&mut self) -> &mut Self {
         self.ack_later = true;
+        self
+    }
+
+    /// Leaves what earlier passes of the handle delivered in flight instead of acknowledging
+    /// it when this pass starts: for a caller that has not passed those signals on yet (a
+    /// wait gathering several passes before it returns, a consumer whose caller was
+    /// interrupted). They stay in flight until [`Mailbox::ack`] or a pass without this.
+    /// Default: acknowledged when the next pass starts.
+    pub fn keep_handed(&mut self) -> &mut Self {
+        self.keep_handed = true;
         self
     }
 
@@ -173,7 +184,9 @@ impl Mailbox {
         // The previous pass's deliveries were handed over: acknowledge them. Then take over
         // what dead consumers of this agent left in flight; this also resolves claims a
         // crash interrupted halfway, before the scan could count their two links.
-        self.ack_handed(flight)?;
+        if !control.keep_handed {
+            self.ack_handed(flight)?;
+        }
         let orphans = self.orphans(agent, flight)?;
         let now = SystemTime::now();
         // A subagent only ever acts on its own, broadcast, and (none) files: skip the rest by

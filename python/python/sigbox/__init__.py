@@ -18,17 +18,37 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-import types
-from dataclasses import dataclass
+import math
+import os
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, List, Mapping, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from . import _sigbox
 from ._sigbox import InvalidSignalError, MailboxError, SigboxError
 
+Root = Union[str, "os.PathLike[str]", bytes]
+"""A mailbox root: a str, a path-like (pathlib.Path), or bytes (any file name, as the OS has it)."""
+
+
+def _root(root: Root) -> str:
+    # os.fsdecode keeps bytes that are not UTF-8 (surrogate escapes), and the native side
+    # encodes them back: every root the OS can name works.
+    return os.fsdecode(os.fspath(root))
+
+
+def _timeout(timeout: Optional[float]) -> Optional[float]:
+    if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
+        reason = f"timeout {timeout}: a number of seconds, 0 or more, or None"
+        e = InvalidSignalError(reason)
+        e.reason, e.path = reason, None
+        raise e
+    return timeout
+
 __all__ = [
     "Checkpoint",
     "InvalidSignalError",
+    "Root",
     "MailboxError",
     "Signal",
     "SignalType",
@@ -75,8 +95,8 @@ class Signal:
     redelivery: int
     """0, or how many times it was given again after a consumer stopped before the hand-over."""
     path: str
-    fields: Mapping[str, Any]
-    """The whole body, unknown fields included (read-only)."""
+    fields: Dict[str, Any] = field(hash=False)
+    """The whole body, unknown fields included: this signal's own copy."""
 
     @classmethod
     def _of(cls, d: dict) -> "Signal":
@@ -90,15 +110,15 @@ class Signal:
             created_at=_datetime(d["created_at"]),
             redelivery=d["redelivery"],
             path=d["path"],
-            fields=types.MappingProxyType(json.loads(d["fields"])),
+            fields=json.loads(d["fields"]),
         )
 
 
 class Checkpoint:
     """One agent's handle on a mailbox: a context manager that holds the agent's presence."""
 
-    def __init__(self, root: str, agent: str, state: Optional[str] = None) -> None:
-        self._native = _sigbox.Checkpoint(str(root), agent, state)
+    def __init__(self, root: Root, agent: str, state: Optional[str] = None) -> None:
+        self._native = _sigbox.Checkpoint(_root(root), agent, state)
         # Signals a cancelled `wait_async` claimed after its caller stopped listening: given
         # by the next call, never acknowledged unseen.
         self._held: List[Signal] = []
@@ -125,18 +145,23 @@ class Checkpoint:
         within 0.1 s, never losing a signal already claimed."""
         if self._held:
             return self._take([])
-        return self._take(self._native.wait(timeout))
+        return self._take(self._native.wait(_timeout(timeout)))
 
     def wait_resume(self, timeout: Optional[float] = None) -> List[Signal]:
         """The PAUSE handler: blocks until a RESUME, ABORT, STEER or INFO arrives (or
         `timeout`), returning everything delivered meanwhile."""
-        return self._take(self._native.wait_resume(timeout))
+        if self._held:
+            return self._take([])
+        return self._take(self._native.wait_resume(_timeout(timeout)))
 
     async def wait_async(self, timeout: Optional[float] = None) -> List[Signal]:
         """`wait` for asyncio: runs in a worker thread in short slices, so a cancelled task
         stops within 0.2 s; signals claimed by a slice still running when it is cancelled are
         kept for the next call."""
         loop = asyncio.get_running_loop()
+        timeout = _timeout(timeout)
+        if self._held:
+            return self._take([])
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             left = 0.2 if deadline is None else max(0.0, min(0.2, deadline - loop.time()))
@@ -144,14 +169,27 @@ class Checkpoint:
             try:
                 got = await asyncio.shield(task)
             except asyncio.CancelledError:
-                got = await task
-                self._held.extend(Signal._of(d) for d in got)
+                # Let the slice finish (however often the task is cancelled meanwhile), and
+                # keep what it claimed for the next call.
+                while not task.done():
+                    try:
+                        await asyncio.shield(task)
+                    except asyncio.CancelledError:
+                        continue
+                    except BaseException:
+                        break
+                if not task.cancelled() and task.exception() is None:
+                    self._held.extend(Signal._of(d) for d in task.result())
                 raise
             if got or self._held or (deadline is not None and loop.time() >= deadline):
                 return self._take(got)
 
     def ack(self) -> int:
-        """Acknowledges what was delivered: never given again, also after a crash."""
+        """Acknowledges what was delivered: never given again, also after a crash. Signals
+        held for the next call (a cancelled `wait_async`) are not acknowledged before that
+        call returns them."""
+        if self._held:
+            return 0
         return self._native.ack()
 
     def close(self, ack: bool = True) -> None:
@@ -161,7 +199,7 @@ class Checkpoint:
 
 
 def send(
-    root: str,
+    root: Root,
     type: "SignalType | str",
     message: Optional[str] = None,
     target: Optional[str] = None,
@@ -171,9 +209,9 @@ def send(
     """Sends a signal durably; returns its id. `target`: an agent, "ALL" (the default), or ""
     for no target. Refused as the CLI refuses (InvalidSignalError)."""
     t = type.value if isinstance(type, SignalType) else str(type)
-    return _sigbox.send(str(root), t, message, target, sender, iteration)
+    return _sigbox.send(_root(root), t, message, target, sender, iteration)
 
 
-def init(root: str) -> None:
+def init(root: Root) -> None:
     """Creates the mailbox layout at `root` (idempotent)."""
-    _sigbox.init(str(root))
+    _sigbox.init(_root(root))

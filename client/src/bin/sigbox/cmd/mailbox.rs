@@ -45,16 +45,17 @@ pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result
         Target::None
     } else if args.target.trim().is_empty() {
         anyhow::bail!("--target is empty: name an agent or ALL, or send with --no-target");
-    } else if ["none", "null", "-"]
-        .iter()
-        .any(|n| n.eq_ignore_ascii_case(args.target.trim()))
-    {
-        anyhow::bail!(
-            "--target {:?} names no agent: did you mean --no-target?",
-            args.target
-        );
     } else {
-        Target::parse(Some(&args.target)).map_err(anyhow::Error::msg)?
+        Target::parse_sent(&args.target).map_err(|e| {
+            anyhow::anyhow!(
+                "--target: {e}{}",
+                if e.contains("names no agent") {
+                    " (--no-target)"
+                } else {
+                    ""
+                }
+            )
+        })?
     };
     let mut s = NewSignal::new(ty);
     s.target(target);
