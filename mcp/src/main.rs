@@ -19,7 +19,7 @@ use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sigbox::{NewSignal, ProblemKind, Signal, SignalType, Target};
+use sigbox::{NewSignal, PassControl, ProblemKind, Signal, SignalType, Target};
 use sigbox_client::Checkpoint;
 
 /// The longest a `wait` call blocks.
@@ -42,6 +42,10 @@ struct Args {
     /// The agent's state (the orchestrator's approval states admit APPROVE and SKIP).
     #[arg(long)]
     state: Option<String>,
+    /// How long a dropped file must be unchanged before it is read (spec/mailbox.md §5): a
+    /// number and a unit (250ms, 2s), or 0.
+    #[arg(long, env = "SIGBOX_SETTLE", default_value = "2s", value_parser = parse_settle)]
+    settle: Duration,
     /// Push each signal into the session as it arrives, as a Claude Code channel
     /// (`notifications/claude/channel`, experimental capability `claude/channel`).
     #[arg(long)]
@@ -73,8 +77,14 @@ struct Server {
     agent: String,
     /// Signals were returned and not yet acknowledged.
     unacked: Arc<AtomicBool>,
+    /// Claimed and not (known to be) returned: a call cancelled, or dropped, after its pass
+    /// claimed. The next call returns them; nothing is acknowledged while any wait here.
+    /// Changed only under the checkpoint's lock.
+    unreturned: Arc<Mutex<Vec<Signal>>>,
     /// Tool calls running now.
     busy: Arc<AtomicUsize>,
+    /// The client closed its end of the connection.
+    closed: Arc<AtomicBool>,
     /// `--channel`: the capability is declared.
     channel: bool,
     tool_router: ToolRouter<Self>,
@@ -109,6 +119,30 @@ fn signals_text(signals: &[Signal]) -> String {
     json!({"signals": signals.iter().map(signal_json).collect::<Vec<_>>()}).to_string()
 }
 
+/// The client's half of stdio, noting when it ends: a client that closed its end reads no
+/// more answers, so nothing claimed from then on is returned (or acknowledged at exit).
+struct Input<R> {
+    inner: R,
+    closed: Arc<AtomicBool>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Input<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(res) = &r
+            && (res.is_err() || buf.filled().len() == before)
+        {
+            self.closed.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+}
+
 /// Counts a call as running while it lives.
 struct Busy(Arc<AtomicUsize>);
 
@@ -127,29 +161,67 @@ impl Drop for Busy {
 
 impl Server {
     /// Runs `f` on the checkpoint in the blocking pool (passes do file I/O; waits sleep),
-    /// after acknowledging what earlier calls returned: the client has those answers, since
-    /// it is calling again.
+    /// under its lock.
     async fn with_checkpoint<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Checkpoint) -> Result<T, String> + Send + 'static,
     ) -> Result<T, String> {
         let cp = Arc::clone(&self.checkpoint);
-        let unacked = Arc::clone(&self.unacked);
         tokio::task::spawn_blocking(move || {
             let mut cp = cp.lock().unwrap_or_else(|e| e.into_inner());
-            if unacked.swap(false, Ordering::SeqCst) {
-                cp.ack().map_err(|e| e.to_string())?;
-            }
             f(&mut cp)
         })
         .await
         .map_err(|e| format!("internal error: {e}"))?
     }
 
-    fn returned(&self, signals: &[Signal]) {
-        if !signals.is_empty() {
+    /// One pass (a wait of `slice`, or a poll when `None`) for a tool call, under the lock:
+    /// first, what an earlier call claimed and never returned is taken (no pass then);
+    /// else what earlier calls returned is acknowledged (the client is calling again, so it
+    /// had those answers) and the pass runs. Every claim goes into `unreturned` inside the
+    /// lock, so a call dropped while it waits for this leaves its claims for the next call,
+    /// never acknowledged unseen. Returns whether anything is there to return now.
+    async fn pass(&self, slice: Option<Duration>) -> Result<bool, String> {
+        let unacked = Arc::clone(&self.unacked);
+        let unreturned = Arc::clone(&self.unreturned);
+        self.with_checkpoint(move |cp| {
+            let mut held = unreturned.lock().unwrap_or_else(|e| e.into_inner());
+            if !held.is_empty() {
+                return Ok(true);
+            }
+            if unacked.swap(false, Ordering::SeqCst) {
+                cp.ack().map_err(|e| e.to_string())?;
+            }
+            let mut control = PassControl::new();
+            control.ack_later().keep_handed();
+            let got = match slice {
+                Some(d) => cp.wait_with(Some(d), &control, &mut |_| Ok(())),
+                None => cp.poll_with(&control, &mut |_| Ok(())),
+            }
+            .map_err(|e| e.to_string())?;
+            held.extend(got);
+            Ok(!held.is_empty())
+        })
+        .await
+    }
+
+    /// Takes what is claimed and not returned, to return it now (unless `ct` says the call
+    /// was cancelled: then it stays for the next call).
+    fn take_unreturned(
+        &self,
+        ct: &tokio_util::sync::CancellationToken,
+        peer: &rmcp::Peer<rmcp::RoleServer>,
+    ) -> Vec<Signal> {
+        // A cancelled call's answer is not sent; nor is any once the client has closed the
+        // connection (the server drains its calls): what they claimed stays for a successor.
+        if ct.is_cancelled() || peer.is_transport_closed() || self.closed.load(Ordering::SeqCst) {
+            return Vec::new();
+        }
+        let got = std::mem::take(&mut *self.unreturned.lock().unwrap_or_else(|e| e.into_inner()));
+        if !got.is_empty() {
             self.unacked.store(true, Ordering::SeqCst);
         }
+        got
     }
 }
 
@@ -160,7 +232,9 @@ impl Server {
             checkpoint: Arc::new(Mutex::new(checkpoint)),
             agent,
             unacked: Arc::new(AtomicBool::new(false)),
+            unreturned: Arc::new(Mutex::new(Vec::new())),
             busy: Arc::new(AtomicUsize::new(0)),
+            closed: Arc::new(AtomicBool::new(false)),
             channel,
             tool_router: Self::tool_router(),
         }
@@ -168,13 +242,14 @@ impl Server {
 
     /// Checkpoint: the signals waiting for this agent, oldest first; each is given once.
     #[tool]
-    async fn check(&self) -> Result<String, String> {
+    async fn check(
+        &self,
+        ct: tokio_util::sync::CancellationToken,
+        peer: rmcp::Peer<rmcp::RoleServer>,
+    ) -> Result<String, String> {
         let _busy = Busy::new(&self.busy);
-        let signals = self
-            .with_checkpoint(|cp| cp.poll().map_err(|e| e.to_string()))
-            .await?;
-        self.returned(&signals);
-        Ok(signals_text(&signals))
+        self.pass(None).await?;
+        Ok(signals_text(&self.take_unreturned(&ct, &peer)))
     }
 
     /// Block until a signal arrives for this agent (or timeout_s passes); returns them.
@@ -183,6 +258,7 @@ impl Server {
         &self,
         Parameters(args): Parameters<WaitArgs>,
         ct: tokio_util::sync::CancellationToken,
+        peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<String, String> {
         let _busy = Busy::new(&self.busy);
         let secs = args.timeout_s.unwrap_or(60.0);
@@ -192,35 +268,17 @@ impl Server {
         let total = Duration::try_from_secs_f64(secs)
             .unwrap_or(MAX_WAIT)
             .min(MAX_WAIT);
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let watch = {
-            let cancelled = Arc::clone(&cancelled);
-            let ct = ct.clone();
-            tokio::spawn(async move {
-                ct.cancelled().await;
-                cancelled.store(true, Ordering::SeqCst);
-            })
-        };
-        let signals = self
-            .with_checkpoint(move |cp| {
-                let deadline = Instant::now() + total;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let got = cp
-                        .wait(Some(left.min(CANCEL_CHECK)))
-                        .map_err(|e| e.to_string())?;
-                    // Claimed: returned even when cancelled now (the next call or a
-                    // successor acknowledges or redelivers them).
-                    if !got.is_empty() || left <= CANCEL_CHECK || cancelled.load(Ordering::SeqCst) {
-                        return Ok(got);
-                    }
-                }
-            })
-            .await;
-        watch.abort();
-        let signals = signals?;
-        self.returned(&signals);
-        Ok(signals_text(&signals))
+        // Slices, each its own pass under the lock: other calls (send, status) run between
+        // them, and a cancellation ends the wait within one slice.
+        let deadline = Instant::now() + total;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let any = self.pass(Some(left.min(CANCEL_CHECK))).await?;
+            let gone = peer.is_transport_closed() || self.closed.load(Ordering::SeqCst);
+            if any || left <= CANCEL_CHECK || ct.is_cancelled() || gone {
+                return Ok(signals_text(&self.take_unreturned(&ct, &peer)));
+            }
+        }
     }
 
     /// Send a signal (type, message, target: an agent or ALL); returns its id.
@@ -262,7 +320,12 @@ impl Server {
                     .buffered_for
                     .clone()
                     .unwrap_or_else(|| p.target.to_string());
-                if key == agent || p.target == Target::All {
+                // A broadcast counts until this agent has acked it.
+                let acked = p.target == Target::All
+                    && mb
+                        .acked_by(&p.id)
+                        .is_ok_and(|a| a.contains(&agent));
+                if key == agent || (p.target == Target::All && !acked) {
                     mine += 1;
                 }
                 let n = pending.entry(key).or_insert(json!(0));
@@ -379,6 +442,31 @@ async fn push_channel(peer: rmcp::Peer<rmcp::RoleServer>, cp: Checkpoint) {
     }
 }
 
+/// A settle window as the CLI takes it: `0`, or a number with `ms`, `s` or `m`, at most 1h.
+fn parse_settle(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("settle window {t:?}: a number then ms, s or m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("settle window {t:?}: the unit is ms, s or m")),
+    };
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if d <= Duration::from_secs(3600) => Ok(d),
+        _ => Err(format!("settle window {t:?}: at most 1h")),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // stdout is the protocol: logs go to stderr, warnings only unless RUST_LOG says more.
@@ -396,12 +484,14 @@ fn main() -> anyhow::Result<()> {
             "invalid agent name {agent:?} (--as): a letter then up to 63 letters, digits, '_' or '-'"
         );
     }
-    let mut cp = Checkpoint::open(&args.root, &agent)
+    let mut opts = sigbox::MailboxOptions::new();
+    opts.settle(args.settle);
+    let mut cp = Checkpoint::with_options(&opts, &args.root, &agent)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.root.display()))?;
     cp.state(args.state.as_deref());
     // The channel's own handle: its claims are exclusive with the tools' (one rename each).
     let pusher = if args.channel {
-        let mut p = Checkpoint::open(&args.root, &agent)
+        let mut p = Checkpoint::with_options(&opts, &args.root, &agent)
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.root.display()))?;
         p.state(args.state.as_deref());
         Some(p)
@@ -416,7 +506,16 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         let service = server
             .clone()
-            .serve(rmcp::transport::stdio_pipes())
+            .serve({
+                let (read, write) = rmcp::transport::stdio_pipes();
+                (
+                    Input {
+                        inner: read,
+                        closed: Arc::clone(&server.closed),
+                    },
+                    write,
+                )
+            })
             .await
             .map_err(|e| anyhow::anyhow!("MCP initialization failed: {e}"))?;
         if let Some(p) = pusher {
@@ -427,7 +526,15 @@ fn main() -> anyhow::Result<()> {
     })?;
     // The client closed the connection. With no call running, it had every answer: what
     // they returned is handed over. Otherwise the next server gives them again, marked.
-    if server.busy.load(Ordering::SeqCst) == 0 && server.unacked.load(Ordering::SeqCst) {
+    let unreturned = server
+        .unreturned
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_empty();
+    if server.busy.load(Ordering::SeqCst) == 0
+        && unreturned
+        && server.unacked.load(Ordering::SeqCst)
+    {
         let cp = server.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = cp.ack() {
             tracing::warn!(error = %e, "cannot acknowledge the last answers");

@@ -279,6 +279,85 @@ class McpServer(unittest.TestCase):
             p.stdin.close()
             p.wait(timeout=10)
 
+    def raw(self, *extra):
+        p = subprocess.Popen(
+            [MCP_BIN, "--root", self.root, "--as", "Executor", *extra],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        def send(obj):
+            p.stdin.write(json.dumps(obj) + "\n")
+            p.stdin.flush()
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}})
+        json.loads(p.stdout.readline())
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return p, send
+
+    def test_a_cancelled_call_loses_nothing(self):
+        for i in range(3):
+            sigbox(self.root, "send", "steer", f"c{i}", "--target", "Executor")
+        p, send = self.raw()
+        try:
+            # A check cancelled at once: its answer may never come; its claims must.
+            send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
+            send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+            time.sleep(0.3)
+            send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
+            seen = []
+            while True:
+                r = json.loads(p.stdout.readline())
+                if "result" in r:
+                    seen += [x["message"] for x in json.loads(r["result"]["content"][0]["text"])["signals"]]
+                if r.get("id") == 3:
+                    break
+            self.assertEqual(sorted(seen), ["c0", "c1", "c2"])
+            # A wait cancelled while a signal arrives: the signal comes with the next call.
+            send({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "wait", "arguments": {"timeout_s": 30}}})
+            time.sleep(0.5)
+            send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}})
+            sigbox(self.root, "send", "abort", "raced", "--target", "Executor")
+            time.sleep(0.5)
+            send({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "wait", "arguments": {"timeout_s": 5}}})
+            seen = []
+            while True:
+                r = json.loads(p.stdout.readline())
+                if "result" in r:
+                    seen += [x["message"] for x in json.loads(r["result"]["content"][0]["text"])["signals"]]
+                if r.get("id") == 5:
+                    break
+            self.assertEqual(seen, ["raced"])
+        finally:
+            p.stdin.close()
+            p.wait(timeout=10)
+
+    def test_a_connection_closed_mid_wait_acknowledges_nothing_it_claims_after(self):
+        p, send = self.raw()
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "wait", "arguments": {"timeout_s": 60}}})
+        time.sleep(0.3)
+        p.stdin.close()
+        time.sleep(0.2)
+        sigbox(self.root, "send", "abort", "late", "--target", "Executor")
+        p.wait(timeout=15)
+        async def go():
+            async with server(self.root) as s:
+                got = text(await s.call_tool("check", {}))["signals"]
+                self.assertEqual([g["message"] for g in got], ["late"], got)
+        self.run_async(go())
+
+    def test_the_settle_window_is_the_callers(self):
+        with open(os.path.join(self.root, "inputs", "hand.yaml"), "w") as f:
+            f.write("type: STEER\ntarget: Executor\nmessage: by hand\n")
+        p, send = self.raw("--settle", "0")
+        try:
+            send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
+            r = json.loads(p.stdout.readline())
+            got = json.loads(r["result"]["content"][0]["text"])["signals"]
+            self.assertEqual([g["message"] for g in got], ["by hand"])
+        finally:
+            p.stdin.close()
+            p.wait(timeout=10)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

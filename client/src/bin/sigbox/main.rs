@@ -93,6 +93,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     init_tracing(cli.verbose, cli.json);
     cmd::set_settle(cli.settle);
+    let settle = cli.settle;
     cmd::set_verbose(cli.verbose > 0);
     cmd::set_json(cli.json);
     // `tap` writes the child's output from its own threads: it must not run while this thread
@@ -138,7 +139,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             channel,
         } => {
             drop(out);
-            return cmd::hooks::exec_mcp(&root, &agent, state.as_deref(), channel);
+            return cmd::hooks::exec_mcp(&root, &agent, state.as_deref(), channel, settle);
         }
         Command::Goblin(c) => cmd::goblin::run(c, &mut out)?,
         Command::Mux(c) => cmd::mux::run(c, &mut out)?,

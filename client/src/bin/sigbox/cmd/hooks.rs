@@ -405,6 +405,7 @@ pub(crate) fn exec_mcp(
     agent: &str,
     state: Option<&str>,
     channel: bool,
+    settle: std::time::Duration,
 ) -> anyhow::Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
@@ -423,6 +424,8 @@ pub(crate) fn exec_mcp(
     if channel {
         c.arg("--channel");
     }
+    // The global --settle (or SIGBOX_SETTLE), as the server takes it.
+    c.arg("--settle").arg(format!("{}ms", settle.as_millis()));
     let err = c.exec();
     Err(anyhow::Error::new(err).context(format!("{}: cannot run", server.display())))
 }
