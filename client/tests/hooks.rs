@@ -791,3 +791,39 @@ fn install_follows_nothing_and_keeps_what_is_not_its_own() {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), bad);
     }
 }
+
+/// A hook killed while it holds a paused tool call has answered nothing: a STEER it had
+/// claimed before the PAUSE comes again at the next call, marked.
+#[test]
+fn a_hook_killed_while_holding_hands_nothing_over() {
+    let (_dir, root, mb) = fresh();
+    send(&mb, SignalType::Steer, "keep me");
+    send(&mb, SignalType::Pause, "hold on");
+    let mut holder = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["hook", "claude", "--as", "Executor", "--pause-wait", "30s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    holder
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fixture("claude", "PreToolUse"))
+        .unwrap();
+    let t = std::time::Instant::now();
+    while mb.paused("Executor").unwrap().is_none() && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let out = hook(&root, "claude", "PostToolUse", &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("keep me"), "{text}");
+    assert!(text.contains("delivered again"), "{text}");
+    assert!(text.contains("PAUSE"), "still paused: {text}");
+}

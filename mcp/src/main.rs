@@ -321,10 +321,8 @@ impl Server {
                     .clone()
                     .unwrap_or_else(|| p.target.to_string());
                 // A broadcast counts until this agent has acked it.
-                let acked = p.target == Target::All
-                    && mb
-                        .acked_by(&p.id)
-                        .is_ok_and(|a| a.contains(&agent));
+                let acked =
+                    p.target == Target::All && mb.acked_by(&p.id).is_ok_and(|a| a.contains(&agent));
                 if key == agent || (p.target == Target::All && !acked) {
                     mine += 1;
                 }

@@ -15,6 +15,14 @@ use crate::cli::{HookArgs, Runtime};
 /// The most of an event read from stdin: a tool's whole output can ride in a PostToolUse.
 const MAX_EVENT: u64 = 16 << 20;
 
+/// The passes after a call's first: they keep what earlier passes of the call claimed in
+/// flight (not answered yet), never acknowledging it before the answer is written.
+fn keeping() -> sigbox::PassControl<'static> {
+    let mut c = sigbox::PassControl::new();
+    c.ack_later().keep_handed();
+    c
+}
+
 /// How often a held tool call looks at the recorded PAUSE (a parallel call may clear it); it
 /// sleeps on filesystem events in between, so a signal for the agent wakes it at once.
 const HOLD_LOOK: std::time::Duration = std::time::Duration::from_millis(250);
@@ -384,7 +392,7 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
         && again < 16
     {
         again += 1;
-        match cp.poll() {
+        match cp.poll_with(&keeping(), &mut |_| Ok(())) {
             Ok(more) if !more.is_empty() => {
                 delivered.extend(more);
                 verdict = judge(&delivered, held.clone());
@@ -409,7 +417,7 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
             if left.is_zero() {
                 break;
             }
-            match cp.wait(Some(left.min(HOLD_LOOK))) {
+            match cp.wait_with(Some(left.min(HOLD_LOOK)), &keeping(), &mut |_| Ok(())) {
                 Ok(more) => {
                     // Another call may have cleared (or renewed) the record meanwhile.
                     let now_held = cp.mailbox().paused(&agent).unwrap_or(None);
