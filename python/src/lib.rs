@@ -142,10 +142,10 @@ impl Checkpoint {
                 ));
             }
         };
-        let mut got: Vec<Signal> = self.take_stash();
-        if !got.is_empty() {
-            return signals(py, &got);
+        if let Some(again) = self.unconfirmed(py)? {
+            return Ok(again);
         }
+        let mut got: Vec<Signal> = Vec::new();
         let mut first = true;
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -170,13 +170,32 @@ impl Checkpoint {
                 return Err(e);
             }
             if stop(&got) || left.is_some_and(|l| l <= SLICE) {
-                return signals(py, &got);
+                return self.hand(py, got);
             }
         }
     }
 
     fn take_stash(&self) -> Vec<Signal> {
         std::mem::take(&mut *self.stash.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// What an earlier call returned and the Python side never confirmed it received (an
+    /// interrupt landed first), returned again; `None` when everything returned was received.
+    fn unconfirmed<'py>(&self, py: Python<'py>) -> PyResult<Option<Vec<Bound<'py, PyDict>>>> {
+        let held = self.stash.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if held.is_empty() {
+            return Ok(None);
+        }
+        signals(py, &held).map(Some)
+    }
+
+    /// Returns `got`, keeping it until [`confirm`](Checkpoint::confirm) says the caller has it.
+    fn hand<'py>(&self, py: Python<'py>, got: Vec<Signal>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let out = signals(py, &got)?;
+        if !got.is_empty() {
+            *self.stash.lock().unwrap_or_else(|e| e.into_inner()) = got;
+        }
+        Ok(out)
     }
 }
 
@@ -196,12 +215,18 @@ impl Checkpoint {
 
     /// One checkpoint pass: the delivered signals, oldest first.
     fn poll<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let stashed = self.take_stash();
-        if !stashed.is_empty() {
-            return signals(py, &stashed);
+        if let Some(again) = self.unconfirmed(py)? {
+            return Ok(again);
         }
         let got = self.with(py, |cp| cp.poll())?;
-        signals(py, &got)
+        self.hand(py, got)
+    }
+
+    /// Says the caller has what the last call returned; returns `received` (so that the
+    /// Python side can confirm and return in one call, leaving no gap for an interrupt).
+    fn confirm<'py>(&self, received: Bound<'py, PyAny>) -> Bound<'py, PyAny> {
+        self.take_stash();
+        received
     }
 
     /// Blocks (GIL released) until a signal is delivered or `timeout` seconds pass.

@@ -322,3 +322,16 @@ def test_a_twice_cancelled_async_wait_keeps_its_claim(root):
             got = cp.wait(5)
             assert [s.message for s in got] == ["kept twice"]
     asyncio.run(go())
+
+
+def test_a_list_lost_between_the_native_call_and_the_caller_comes_again(root):
+    # What an interrupt landing right after the native call returns would do: the list never
+    # reaches the wrapper, so it is never confirmed. The next call returns it again, and
+    # nothing is acknowledged meanwhile.
+    sigbox.send(root, "steer", "unseen", target="Executor")
+    with Checkpoint(root, "Executor") as cp:
+        raw = cp._native.wait(5)
+        assert [d["message"] for d in raw] == ["unseen"]
+        assert cp.ack() == 0
+        assert [s.message for s in cp.poll()] == ["unseen"]
+        assert cp.poll() == []

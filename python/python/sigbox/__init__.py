@@ -133,7 +133,10 @@ class Checkpoint:
 
     def _take(self, got: List[dict]) -> List[Signal]:
         held, self._held = self._held, []
-        return held + [Signal._of(d) for d in got]
+        out = held + [Signal._of(d) for d in got]
+        # Confirmed and returned in one call: an interrupt landing before it leaves the
+        # native side holding them, and the next call returns them again.
+        return self._native.confirm(out)  # type: ignore[no-any-return]
 
     def poll(self) -> List[Signal]:
         """One checkpoint pass: the delivered signals, oldest first (the GIL is released)."""
