@@ -73,6 +73,31 @@ fn hook(root: &Path, runtime: &str, event: &str, extra: &[&str]) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// A hook holding a PreToolUse call (up to 30 s) under the PAUSE in force, once it has
+/// recorded that PAUSE.
+fn hold_a_tool_call(root: &Path, mb: &Mailbox) -> std::process::Child {
+    let mut holder = Command::new(BIN)
+        .arg("--root")
+        .arg(root)
+        .args(["hook", "claude", "--as", "Executor", "--pause-wait", "30s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    holder
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fixture("claude", "PreToolUse"))
+        .unwrap();
+    let t = std::time::Instant::now();
+    while mb.paused("Executor").unwrap().is_none() && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    holder
+}
+
 /// A fresh mailbox in a temporary directory (kept while the first value lives).
 fn fresh() -> (tempfile::TempDir, PathBuf, Mailbox) {
     let dir = tempfile::tempdir().unwrap();
@@ -344,25 +369,7 @@ fn a_pause_holds_parallel_calls_and_survives_a_killed_hook() {
     let (_dir, root, mb) = fresh();
     send(&mb, SignalType::Pause, "hold on");
     // A holder, killed in the middle of its hold.
-    let mut holder = Command::new(BIN)
-        .arg("--root")
-        .arg(&root)
-        .args(["hook", "claude", "--as", "Executor", "--pause-wait", "30s"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    holder
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&fixture("claude", "PreToolUse"))
-        .unwrap();
-    let t = std::time::Instant::now();
-    while mb.paused("Executor").unwrap().is_none() && t.elapsed().as_secs() < 10 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut holder = hold_a_tool_call(&root, &mb);
     std::thread::sleep(std::time::Duration::from_millis(200));
     holder.kill().unwrap();
     holder.wait().unwrap();
@@ -799,25 +806,7 @@ fn a_hook_killed_while_holding_hands_nothing_over() {
     let (_dir, root, mb) = fresh();
     send(&mb, SignalType::Steer, "keep me");
     send(&mb, SignalType::Pause, "hold on");
-    let mut holder = Command::new(BIN)
-        .arg("--root")
-        .arg(&root)
-        .args(["hook", "claude", "--as", "Executor", "--pause-wait", "30s"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    holder
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&fixture("claude", "PreToolUse"))
-        .unwrap();
-    let t = std::time::Instant::now();
-    while mb.paused("Executor").unwrap().is_none() && t.elapsed().as_secs() < 10 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut holder = hold_a_tool_call(&root, &mb);
     std::thread::sleep(std::time::Duration::from_millis(400));
     holder.kill().unwrap();
     holder.wait().unwrap();

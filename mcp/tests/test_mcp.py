@@ -222,18 +222,7 @@ class McpServer(unittest.TestCase):
 
     def test_a_server_killed_before_the_next_call_gives_again_marked(self):
         sigbox(self.root, "send", "steer", "again", "--target", "Executor")
-        p = subprocess.Popen(
-            [MCP_BIN, "--root", self.root, "--as", "Executor"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
-        def send(obj):
-            p.stdin.write(json.dumps(obj) + "\n")
-            p.stdin.flush()
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}})
-        json.loads(p.stdout.readline())
-        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        p, send = self.raw()
         send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
         r = json.loads(p.stdout.readline())
         self.assertEqual(json.loads(r["result"]["content"][0]["text"])["signals"][0]["message"], "again")
