@@ -30,7 +30,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let line = format!("{err:#}").replace('\n', " ");
-            report_error(json, &line, error_path(&err));
+            report_error(json, &line, error_path(&err).as_deref());
             ExitCode::from(2)
         }
     }
@@ -52,11 +52,23 @@ fn report_error(json: bool, line: &str, path: Option<&std::path::Path>) {
     let _ = writeln!(io::stderr(), "{text}");
 }
 
-/// The file an error names, when it came from the library with one.
-fn error_path(err: &anyhow::Error) -> Option<&std::path::Path> {
-    err.chain()
+/// The file an error names: the library's, or else the path every CLI message starts with
+/// (`<file>: <reason>`), when that prefix looks like one (it has a `/`, or it exists).
+fn error_path(err: &anyhow::Error) -> Option<std::path::PathBuf> {
+    if let Some(p) = err
+        .chain()
         .find_map(|e| e.downcast_ref::<sigbox::Error>())
         .and_then(sigbox::Error::path)
+    {
+        return Some(p.to_path_buf());
+    }
+    let text = err.to_string();
+    let (prefix, _) = text.split_once(": ")?;
+    let p = std::path::Path::new(prefix);
+    (!prefix.is_empty()
+        && !prefix.contains(char::is_control)
+        && (prefix.contains('/') || p.symlink_metadata().is_ok()))
+    .then(|| p.to_path_buf())
 }
 
 /// A command line clap refused: help and version print as usual (exit 0); a usage error is
