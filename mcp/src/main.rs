@@ -81,6 +81,10 @@ struct Server {
     /// claimed. The next call returns them; nothing is acknowledged while any wait here.
     /// Changed only under the checkpoint's lock.
     unreturned: Arc<Mutex<Vec<Signal>>>,
+    /// What each call answered and the client has not confirmed by calling again: a cancel
+    /// naming one of them (the client drops an answer that arrives after its cancel) puts its
+    /// signals back among the unreturned. Changed only under the checkpoint's lock.
+    answered: Arc<Mutex<Vec<(rmcp::model::RequestId, Vec<Signal>)>>>,
     /// Tool calls running now.
     busy: Arc<AtomicUsize>,
     /// The client closed its end of the connection.
@@ -184,6 +188,7 @@ impl Server {
     async fn pass(&self, slice: Option<Duration>) -> Result<bool, String> {
         let unacked = Arc::clone(&self.unacked);
         let unreturned = Arc::clone(&self.unreturned);
+        let answered = Arc::clone(&self.answered);
         self.with_checkpoint(move |cp| {
             let mut held = unreturned.lock().unwrap_or_else(|e| e.into_inner());
             if !held.is_empty() {
@@ -191,6 +196,7 @@ impl Server {
             }
             if unacked.swap(false, Ordering::SeqCst) {
                 cp.ack().map_err(|e| e.to_string())?;
+                answered.lock().unwrap_or_else(|e| e.into_inner()).clear();
             }
             let mut control = PassControl::new();
             control.ack_later().keep_handed();
@@ -209,6 +215,7 @@ impl Server {
     /// was cancelled: then it stays for the next call).
     fn take_unreturned(
         &self,
+        id: &rmcp::model::RequestId,
         ct: &tokio_util::sync::CancellationToken,
         peer: &rmcp::Peer<rmcp::RoleServer>,
     ) -> Vec<Signal> {
@@ -217,8 +224,13 @@ impl Server {
         if ct.is_cancelled() || peer.is_transport_closed() || self.closed.load(Ordering::SeqCst) {
             return Vec::new();
         }
+        let _cp = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
         let got = std::mem::take(&mut *self.unreturned.lock().unwrap_or_else(|e| e.into_inner()));
         if !got.is_empty() {
+            self.answered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((id.clone(), got.clone()));
             self.unacked.store(true, Ordering::SeqCst);
         }
         got
@@ -233,6 +245,7 @@ impl Server {
             agent,
             unacked: Arc::new(AtomicBool::new(false)),
             unreturned: Arc::new(Mutex::new(Vec::new())),
+            answered: Arc::new(Mutex::new(Vec::new())),
             busy: Arc::new(AtomicUsize::new(0)),
             closed: Arc::new(AtomicBool::new(false)),
             channel,
@@ -244,12 +257,13 @@ impl Server {
     #[tool]
     async fn check(
         &self,
-        ct: tokio_util::sync::CancellationToken,
-        peer: rmcp::Peer<rmcp::RoleServer>,
+        ctx: rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<String, String> {
         let _busy = Busy::new(&self.busy);
         self.pass(None).await?;
-        Ok(signals_text(&self.take_unreturned(&ct, &peer)))
+        Ok(signals_text(
+            &self.take_unreturned(&ctx.id, &ctx.ct, &ctx.peer),
+        ))
     }
 
     /// Block until a signal arrives for this agent (or timeout_s passes); returns them.
@@ -257,9 +271,9 @@ impl Server {
     async fn wait(
         &self,
         Parameters(args): Parameters<WaitArgs>,
-        ct: tokio_util::sync::CancellationToken,
-        peer: rmcp::Peer<rmcp::RoleServer>,
+        ctx: rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<String, String> {
+        let (id, ct, peer) = (&ctx.id, &ctx.ct, &ctx.peer);
         let _busy = Busy::new(&self.busy);
         let secs = args.timeout_s.unwrap_or(60.0);
         if !secs.is_finite() || secs < 0.0 {
@@ -276,7 +290,7 @@ impl Server {
             let any = self.pass(Some(left.min(CANCEL_CHECK))).await?;
             let gone = peer.is_transport_closed() || self.closed.load(Ordering::SeqCst);
             if any || left <= CANCEL_CHECK || ct.is_cancelled() || gone {
-                return Ok(signals_text(&self.take_unreturned(&ct, &peer)));
+                return Ok(signals_text(&self.take_unreturned(id, ct, peer)));
             }
         }
     }
@@ -354,6 +368,27 @@ impl Server {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Server {
+    /// A cancelled call's answer is dropped by the client even when it was already sent:
+    /// its signals go back among the unreturned, for the next call.
+    async fn on_cancelled(
+        &self,
+        notification: rmcp::model::CancelledNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleServer>,
+    ) {
+        let Some(id) = notification.request_id else {
+            return;
+        };
+        let _cp = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = answered.iter().position(|(a, _)| *a == id) {
+            let (_, signals) = answered.remove(i);
+            let mut back = self.unreturned.lock().unwrap_or_else(|e| e.into_inner());
+            let later = std::mem::take(&mut *back);
+            back.extend(signals);
+            back.extend(later);
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         let mut caps = ServerCapabilities::builder().enable_tools().build();
         if self.channel {

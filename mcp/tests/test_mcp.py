@@ -320,6 +320,24 @@ class McpServer(unittest.TestCase):
             p.stdin.close()
             p.wait(timeout=10)
 
+    def test_checks_cancelled_at_any_moment_lose_nothing(self):
+        async def go():
+            async with server(self.root) as s:
+                for round in range(10):
+                    sent = [f"r{round}m{i}" for i in range(5)]
+                    for m in sent:
+                        sigbox(self.root, "send", "steer", m, "--target", "Executor")
+                    seen = []
+                    with anyio.move_on_after(0.002 * (round % 4)):
+                        seen += messages(await s.call_tool("check", {}))
+                    await anyio.sleep(0.05)
+                    seen += messages(await s.call_tool("check", {}))
+                    seen += messages(await s.call_tool("check", {}))
+                    # An answer the client dropped (cancelled) comes again; a kept one never.
+                    self.assertEqual(sorted(set(seen)), sorted(sent), (round, seen))
+                    self.assertLessEqual(len(seen) - len(set(seen)), 5)
+        self.run_async(go())
+
     def test_a_connection_closed_mid_wait_acknowledges_nothing_it_claims_after(self):
         p, send = self.raw()
         send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "wait", "arguments": {"timeout_s": 60}}})
