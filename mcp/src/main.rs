@@ -71,6 +71,9 @@ struct SendArgs {
     target: Option<String>,
 }
 
+/// A call's id and the signals it answered with.
+type Answered = (rmcp::model::RequestId, Vec<Signal>);
+
 #[derive(Clone)]
 struct Server {
     checkpoint: Arc<Mutex<Checkpoint>>,
@@ -84,7 +87,7 @@ struct Server {
     /// What each call answered and the client has not confirmed by calling again: a cancel
     /// naming one of them (the client drops an answer that arrives after its cancel) puts its
     /// signals back among the unreturned. Changed only under the checkpoint's lock.
-    answered: Arc<Mutex<Vec<(rmcp::model::RequestId, Vec<Signal>)>>>,
+    answered: Arc<Mutex<Vec<Answered>>>,
     /// Tool calls running now.
     busy: Arc<AtomicUsize>,
     /// The client closed its end of the connection.
