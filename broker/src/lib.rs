@@ -69,7 +69,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use io::{Durability, FsHook, FsOp, IoOptions, PORTABLE_RENAME_ENV};
 pub use mailbox::{
     Buffered, DEFAULT_QUORUM, Finished, LAYOUT, Mailbox, MailboxOptions, Pass, PassControl,
-    Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE, SHARED_FILE_MODE,
+    PauseLock, Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE,
+    SHARED_FILE_MODE,
 };
 pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, valid_agent};
 

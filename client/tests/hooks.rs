@@ -816,3 +816,29 @@ fn a_hook_killed_while_holding_hands_nothing_over() {
     assert!(text.contains("delivered again"), "{text}");
     assert!(text.contains("PAUSE"), "still paused: {text}");
 }
+
+/// Parallel tool calls racing for a PAUSE still in `inputs/`: whichever claims it, none of
+/// the others runs unpaused (reading the record, claiming and recording is one locked step).
+#[test]
+fn parallel_calls_racing_for_a_pause_are_all_held() {
+    for round in 0..4 {
+        let (_dir, root, mb) = fresh();
+        send(&mb, SignalType::Pause, "hold on");
+        let calls: Vec<_> = (0..3)
+            .map(|_| {
+                let root = root.clone();
+                std::thread::spawn(move || {
+                    hook(&root, "claude", "PreToolUse", &["--pause-wait", "500ms"])
+                })
+            })
+            .collect();
+        for c in calls {
+            let out = c.join().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.contains("\"deny\""),
+                "round {round}: a call ran: {text:?}"
+            );
+        }
+    }
+}

@@ -43,7 +43,7 @@ pub use layout::LAYOUT;
 pub(crate) use layout::{Layout, NAME_MAX};
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
 pub use pass::PassControl;
-pub use presence::Presence;
+pub use presence::{PauseLock, Presence};
 pub use report::{Buffered, Finished, Pass, Pending, Problem, ProblemKind, Rejection};
 
 use crate::atomic::{self, Clobber, Placed};

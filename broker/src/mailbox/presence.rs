@@ -19,6 +19,12 @@ pub struct Presence {
     agent: String,
 }
 
+/// A held PAUSE lock ([`Mailbox::lock_paused`]); released when dropped.
+#[derive(Debug)]
+pub struct PauseLock {
+    _file: File,
+}
+
 impl Presence {
     /// The agent this presence is for.
     pub fn agent(&self) -> &str {
@@ -46,6 +52,19 @@ impl Mailbox {
     /// True when a live handle holds `agent`'s presence.
     pub fn is_present(&self, agent: &str) -> bool {
         self.io.is_locked(&self.layout.lock_path(agent))
+    }
+
+    /// Takes the agent's PAUSE lock (exclusive `flock` on `agents/<agent>.paused.lock`),
+    /// waiting for it, for as long as the returned value lives: a consumer that reads the
+    /// recorded PAUSE, claims and records what it found holds it, so that a parallel
+    /// consumer never reads "not paused" while a PAUSE it cannot see is being claimed.
+    pub fn lock_paused(&self, agent: &str) -> Result<PauseLock> {
+        self.check_agent(agent)?;
+        let path = self.layout.agents.join(format!("{agent}.paused.lock"));
+        let file = self.io.open_lock(&path)?;
+        file.lock()
+            .map_err(|e| Error::io(&path, "cannot lock the PAUSE record", e))?;
+        Ok(PauseLock { _file: file })
     }
 
     /// The PAUSE in force for `agent`, as [`Mailbox::set_paused`] recorded it; `None` when

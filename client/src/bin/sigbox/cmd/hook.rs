@@ -358,7 +358,13 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
     };
     cp.state(args.state.as_deref());
     // The PAUSE in force is a recorded state, not a message: every call of the agent sees it
-    // (parallel tool calls too) until a RESUME, STEER or ABORT clears it.
+    // (parallel tool calls too) until a RESUME, STEER or ABORT clears it. Reading it, claiming
+    // and recording what was found is one step under the agent's PAUSE lock, so that a
+    // parallel call never reads "not paused" while this one claims a PAUSE.
+    let step = match cp.mailbox().lock_paused(&agent) {
+        Ok(l) => l,
+        Err(e) => return quiet_fail(format!("{e}")),
+    };
     let held = match cp.mailbox().paused(&agent) {
         Ok(h) => h,
         Err(e) => return quiet_fail(format!("{e}")),
@@ -407,6 +413,7 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    drop(step);
     // A PAUSE in force before a tool call: hold the call, sleeping on filesystem events, until
     // a RESUME, ABORT or STEER arrives (here, or taken by a parallel call of the agent, which
     // clears the record) or the bound passes (under the runtime's time limit).
