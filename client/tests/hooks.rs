@@ -842,3 +842,35 @@ fn parallel_calls_racing_for_a_pause_are_all_held() {
         }
     }
 }
+
+/// Two mailboxes can share a project: each install and uninstall touches only the entries of
+/// its own root.
+#[test]
+fn hooks_of_two_mailboxes_live_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    for root in ["a", "b"] {
+        let out = sigbox(
+            dir.path(),
+            &[
+                "--root", root, "hooks", "install", "claude", "--as", "Executor",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let read =
+        || -> String { std::fs::read_to_string(dir.path().join(".claude/settings.json")).unwrap() };
+    let both = read();
+    assert_eq!(both.matches(" hook claude --as ").count(), 10, "{both}");
+    let out = sigbox(dir.path(), &["--root", "a", "hooks", "uninstall", "claude"]);
+    assert!(out.status.success());
+    let left = read();
+    assert_eq!(left.matches(" hook claude --as ").count(), 5, "{left}");
+    assert!(
+        left.contains("/b hook claude") && !left.contains("/a hook claude"),
+        "{left}"
+    );
+}

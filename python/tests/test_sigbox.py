@@ -260,8 +260,10 @@ def test_targets_are_checked_as_the_cli_checks_them(root):
             sigbox.send(root, "steer", "x", target=bad)
     with pytest.raises(sigbox.InvalidSignalError):
         sigbox.send(root, "steer", "x", iteration=-1)
+    with pytest.raises(sigbox.InvalidSignalError):
+        sigbox.send(root, "steer", "x", iteration=True)
     with Checkpoint(root, "Executor") as cp:
-        for t in (float("nan"), float("inf"), -1.0):
+        for t in (float("nan"), float("-inf"), -1.0):
             with pytest.raises(sigbox.InvalidSignalError):
                 cp.wait(t)
         assert cp.wait(0.0) == []

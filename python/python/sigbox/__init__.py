@@ -38,6 +38,8 @@ def _root(root: Root) -> str:
 
 
 def _timeout(timeout: Optional[float]) -> Optional[float]:
+    if timeout is not None and math.isinf(timeout) and timeout > 0:
+        return None  # for ever, as None
     if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
         reason = f"timeout {timeout}: a number of seconds, 0 or more, or None"
         e = InvalidSignalError(reason)
@@ -212,6 +214,11 @@ def send(
     """Sends a signal durably; returns its id. `target`: an agent, "ALL" (the default), or ""
     for no target. Refused as the CLI refuses (InvalidSignalError)."""
     t = type.value if isinstance(type, SignalType) else str(type)
+    if isinstance(iteration, bool):
+        reason = f"iteration {iteration!r}: a whole number, not a bool"
+        e = InvalidSignalError(reason)
+        e.reason, e.path = reason, None
+        raise e
     return _sigbox.send(_root(root), t, message, target, sender, iteration)
 
 

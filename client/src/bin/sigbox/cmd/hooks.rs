@@ -39,7 +39,7 @@ pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<E
         Runtime::Copilot => json!({"version": 1, "hooks": {}}),
         _ => json!({}),
     });
-    let removed = remove_ours(runtime, &mut new);
+    let removed = remove_ours(runtime, &quoted_root(root)?, &mut new);
     // An uninstall that empties `hooks` leaves no `hooks: {}` behind where there was none
     // before (Copilot's file keeps it: it is the file's whole point).
     let had_hooks = |v: &Value| {
@@ -175,6 +175,20 @@ fn command_line(
     Ok(words.join(" "))
 }
 
+/// The mailbox root as a hook's command names it: absolute, shell-quoted.
+fn quoted_root(root: &Path) -> anyhow::Result<String> {
+    let abs = std::path::absolute(root)
+        .with_context(|| format!("{}: cannot make the root absolute", root.display()))?;
+    let s = abs.to_str().with_context(|| {
+        format!(
+            "{}: a path that is not UTF-8 cannot be written into the runtime's JSON settings; \
+             use a UTF-8 root",
+            root.display()
+        )
+    })?;
+    Ok(quote(s))
+}
+
 /// `s` quoted for a POSIX shell: as is when it is plain, else in single quotes.
 fn quote(s: &str) -> String {
     if !s.is_empty()
@@ -186,16 +200,18 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// True when a hook's command is the one `hooks install` writes for this runtime: the
-/// program named exactly `sigbox`, then `--root ROOT hook RUNTIME --as`. Anything else (a
-/// `sigbox-audit` of the user's own, a wrapper) is someone else's and kept.
-fn is_ours(runtime: Runtime, command: &str) -> bool {
+/// True when a hook's command is the one `hooks install` writes for this runtime and this
+/// mailbox: the program named exactly `sigbox`, then `--root ROOT hook RUNTIME --as`, `ROOT`
+/// as `root` quotes it. Anything else (a `sigbox-audit` of the user's own, a wrapper, the
+/// hooks of another mailbox) is someone else's and kept.
+fn is_ours(runtime: Runtime, root: &str, command: &str) -> bool {
     let Some(rest) = command.split_once(" --root ") else {
         return false;
     };
     let exe = rest.0.trim_matches('\'');
     let name = exe.rsplit('/').next().unwrap_or(exe);
     name == "sigbox"
+        && rest.1.starts_with(&format!("{root} "))
         && rest
             .1
             .contains(&format!(" hook {} --as ", runtime.as_str()))
@@ -257,7 +273,7 @@ fn read_settings(runtime: Runtime, file: &Path) -> anyhow::Result<Option<Value>>
 
 /// Removes every sigbox entry for `runtime`, and the groups and events left empty by it.
 /// Returns how many entries it removed.
-fn remove_ours(runtime: Runtime, settings: &mut Value) -> usize {
+fn remove_ours(runtime: Runtime, root: &str, settings: &mut Value) -> usize {
     let Some(Value::Object(events)) = settings.get_mut("hooks") else {
         return 0;
     };
@@ -274,7 +290,7 @@ fn remove_ours(runtime: Runtime, settings: &mut Value) -> usize {
                 // Copilot: the entries are the hooks themselves.
                 Runtime::Copilot => {
                     let cmd = g.get("bash").and_then(Value::as_str).unwrap_or_default();
-                    if is_ours(runtime, cmd) {
+                    if is_ours(runtime, root, cmd) {
                         removed += 1;
                     } else {
                         kept.push(g);
@@ -287,6 +303,7 @@ fn remove_ours(runtime: Runtime, settings: &mut Value) -> usize {
                         hooks.retain(|h| {
                             !is_ours(
                                 runtime,
+                                root,
                                 h.get("command").and_then(Value::as_str).unwrap_or_default(),
                             )
                         });
