@@ -115,9 +115,17 @@ fn a_blocked_wait_takes_a_file_renamed_in_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Armed: every watch in place (the root's comes before `inputs/`'s; a file renamed in
+    // before `inputs/` is watched has no event to tell that it arrived whole, and settles).
     let deadline = Instant::now() + Duration::from_secs(10);
-    while common::inotify_watches(child.id()) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
+    let mut last = (0, 0);
+    while Instant::now() < deadline {
+        let n = common::inotify_watches(child.id());
+        last = if n == last.0 { (n, last.1 + 1) } else { (n, 0) };
+        if n >= 2 && last.1 >= 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(30));
     }
     // No gap: the timestamps are most likely equal, and only the event tells.
     z.drop_by_rename(&z.inputs(), "now.yaml", STEER, Duration::ZERO);
