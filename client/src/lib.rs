@@ -54,9 +54,11 @@
 #![deny(missing_docs)]
 
 mod checkpoint;
+mod durations;
 mod watch;
 
 pub use checkpoint::{Checkpoint, Notes, WaitMode};
+pub use durations::{MAX_SETTLE, parse_duration, parse_settle};
 pub use watch::{DirWatch, Waiter, deadline_after};
 
 pub use sigbox;

@@ -44,7 +44,7 @@ struct Args {
     state: Option<String>,
     /// How long a dropped file must be unchanged before it is read (spec/mailbox.md §5): a
     /// number and a unit (250ms, 2s), or 0.
-    #[arg(long, env = "SIGBOX_SETTLE", default_value = "2s", value_parser = parse_settle)]
+    #[arg(long, env = "SIGBOX_SETTLE", default_value = "2s", value_parser = sigbox_client::parse_settle)]
     settle: Duration,
     /// Push each signal into the session as it arrives, as a Claude Code channel
     /// (`notifications/claude/channel`, experimental capability `claude/channel`).
@@ -475,31 +475,6 @@ async fn push_channel(peer: rmcp::Peer<rmcp::RoleServer>, cp: Checkpoint) {
             }
         })
         .await;
-    }
-}
-
-/// A settle window as the CLI takes it: `0`, or a number with `ms`, `s` or `m`, at most 1h.
-fn parse_settle(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("settle window {t:?}: a number then ms, s or m"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("settle window {t:?}: the unit is ms, s or m")),
-    };
-    match Duration::try_from_secs_f64(secs) {
-        Ok(d) if d <= Duration::from_secs(3600) => Ok(d),
-        _ => Err(format!("settle window {t:?}: at most 1h")),
     }
 }
 
