@@ -478,7 +478,19 @@ async fn push_channel(peer: rmcp::Peer<rmcp::RoleServer>, cp: Checkpoint) {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line naming the file and the reason, as the `sigbox` CLI says it; exit 2.
+            let line = format!("{e:#}").replace('\n', " ");
+            eprintln!("sigbox-mcp: {line}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     // stdout is the protocol: logs go to stderr, warnings only unless RUST_LOG says more.
     tracing_subscriber::fmt()
@@ -497,13 +509,13 @@ fn main() -> anyhow::Result<()> {
     }
     let mut opts = sigbox::MailboxOptions::new();
     opts.settle(args.settle);
-    let mut cp = Checkpoint::with_options(&opts, &args.root, &agent)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.root.display()))?;
+    let mut cp =
+        Checkpoint::with_options(&opts, &args.root, &agent).map_err(|e| anyhow::anyhow!("{e}"))?;
     cp.state(args.state.as_deref());
     // The channel's own handle: its claims are exclusive with the tools' (one rename each).
     let pusher = if args.channel {
         let mut p = Checkpoint::with_options(&opts, &args.root, &agent)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", args.root.display()))?;
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         p.state(args.state.as_deref());
         Some(p)
     } else {
