@@ -5,7 +5,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{Io, Renamed};
+use crate::io::{Io, Linked, Renamed};
 
 /// What [`write_atomic`] does when the destination exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,18 +96,125 @@ pub(crate) enum Claimed<T> {
 ///
 /// **Durability:** in durable mode, once this returns `Ok(Claimed::Won)` the move survives a
 /// crash: the file is never found in `src`'s directory again.
+///
+/// Where renames are not atomic across directories ([`Io::link_claims`], spec/mailbox.md
+/// §9.10) the move is a claim by link: [`Io::link_exclusive`], fsync of the destination
+/// directory, [`remove_linked_source`], `between`, fsync of the source directory. A source
+/// with a second link already (another claim under way) is left: `Lost`.
 pub(crate) fn claim<T>(
     io: &Io,
     src: &Path,
     dest: &Path,
     between: impl FnOnce() -> Result<T>,
 ) -> Result<Claimed<T>> {
+    claim_with(io, src, dest, false, between)
+}
+
+/// [`claim`] for a file leaving for `rejected/`: one with a second link (a planted link, the
+/// reason it is refused) moves by rename.
+pub(crate) fn claim_refused<T>(
+    io: &Io,
+    src: &Path,
+    dest: &Path,
+    between: impl FnOnce() -> Result<T>,
+) -> Result<Claimed<T>> {
+    claim_with(io, src, dest, true, between)
+}
+
+fn claim_with<T>(
+    io: &Io,
+    src: &Path,
+    dest: &Path,
+    busy_by_rename: bool,
+    between: impl FnOnce() -> Result<T>,
+) -> Result<Claimed<T>> {
+    if io.link_claims() {
+        match io.link_exclusive(src, dest)? {
+            Linked::Done(st) => {
+                io.sync_dir(parent(dest)?)?;
+                if let Some(other) = remove_linked_source(io, src, dest, st.ino)? {
+                    put_back(io, &other, src)?;
+                }
+                return match between() {
+                    Ok(t) => {
+                        io.sync_dir(parent(src)?)?;
+                        Ok(Claimed::Won(t))
+                    }
+                    Err(e) => {
+                        undo(io, src, dest);
+                        Err(e)
+                    }
+                };
+            }
+            Linked::SourceGone => return Ok(Claimed::Lost),
+            Linked::DestExists => return Ok(Claimed::DestExists),
+            Linked::Busy(_) if !busy_by_rename => return Ok(Claimed::Lost),
+            Linked::Busy(_) | Linked::Unlinkable => {}
+        }
+    }
     let r = claim_unsynced(io, src, dest, between)?;
     if let Claimed::Won(_) = r {
         io.sync_dir(parent(dest)?)?;
         io.sync_dir(parent(src)?)?;
     }
     Ok(r)
+}
+
+/// The second step of a claim by link, once the link at `dest` is durable: removes the
+/// source's name, only if it still names the linked file (inode `ino`). The source is moved
+/// to a staging name beside `dest` (exclusive: one mover per name), checked there, and
+/// unlinked; a file that took the source's name meanwhile is returned, to go back where it
+/// was ([`put_back`]). A source already gone is fine: the only other way out of the source
+/// for a file with a claim's link is the removal by a pass that found the link and synced it
+/// first ([`crate::mailbox`] §9.6), which leaves the claim holding it.
+pub(crate) fn remove_linked_source(
+    io: &Io,
+    src: &Path,
+    dest: &Path,
+    ino: u64,
+) -> Result<Option<PathBuf>> {
+    let twin = stage_name(parent(dest)?, "claim");
+    match io.rename_noreplace(src, &twin)? {
+        Renamed::SourceGone => Ok(None),
+        Renamed::DestExists => Err(Error::new(
+            ErrorKind::Io,
+            Some(&twin),
+            "a fresh staging name is taken",
+        )),
+        Renamed::Done => match io.stamp(&twin)? {
+            Some(st) if st.ino == ino => {
+                io.remove(&twin)?;
+                Ok(None)
+            }
+            Some(_) => Ok(Some(twin)),
+            None => Ok(None),
+        },
+    }
+}
+
+/// Moves `other` (a file that took a claimed source's name and was moved aside with it) back
+/// to `src`, or, when that name is taken again, beside it under a fresh `.dup-` name.
+pub(crate) fn put_back(io: &Io, other: &Path, src: &Path) -> Result<()> {
+    let name = src.file_name().unwrap_or_default();
+    let back = with_fresh_names(parent(src)?, name, |_, d| {
+        Ok(match io.rename_noreplace(other, &d)? {
+            Renamed::Done | Renamed::SourceGone => Some(()),
+            Renamed::DestExists => None,
+        })
+    })?;
+    if back.is_none() {
+        tracing::warn!(file = ?other, "cannot put back a file that took a claimed name");
+    }
+    Ok(())
+}
+
+/// Takes back a claim whose `between` step failed: the file goes back to `src` (no-clobber);
+/// if that fails too, it stays at `dest` as an interrupted claim (spec/mailbox.md §9.6).
+fn undo(io: &Io, src: &Path, dest: &Path) {
+    match io.rename_noreplace(dest, src) {
+        Ok(Renamed::Done) => {}
+        other => tracing::warn!(file = ?dest, ?other, "cannot undo a claim"),
+    }
 }
 
 /// [`claim`] without the fsyncs: the caller makes the move durable later, destination
@@ -127,12 +234,8 @@ pub(crate) fn claim_unsynced<T>(
             Err(e) => {
                 // The claim is undone: the file goes back where it was, for a later claim.
                 // Whoever called this will not hand it over, so leaving it at `dest` would
-                // lose it. If the move back fails too, the file stays at `dest` as an
-                // interrupted claim (spec/mailbox.md §9.6).
-                match io.rename_noreplace(dest, src) {
-                    Ok(Renamed::Done) => {}
-                    other => tracing::warn!(file = ?dest, ?other, "cannot undo a claim"),
-                }
+                // lose it.
+                undo(io, src, dest);
                 return Err(e);
             }
         },
@@ -249,7 +352,7 @@ pub(crate) fn is_stage_name(name: &OsStr) -> bool {
         && tail
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        && matches!(hint, "send" | "ack" | "reason" | "marker")
+        && matches!(hint, "send" | "ack" | "reason" | "marker" | "claim")
 }
 
 #[cfg(test)]
@@ -258,7 +361,7 @@ mod tests {
 
     #[test]
     fn stage_names_are_recognised_and_nothing_else_is() {
-        for hint in ["send", "ack", "reason", "marker"] {
+        for hint in ["send", "ack", "reason", "marker", "claim"] {
             let p = stage_name(Path::new("/r/inputs"), hint);
             assert_eq!(p.parent(), Some(Path::new("/r/inputs")));
             let name = p.file_name().unwrap();

@@ -66,7 +66,7 @@ pub mod tap;
 pub use body::{Archived, Handling};
 pub use doctor::{Finding, Severity, diagnose};
 pub use error::{Error, ErrorKind, Result};
-pub use io::{Durability, FsHook, FsOp, IoOptions, PORTABLE_RENAME_ENV};
+pub use io::{Durability, FsHook, FsOp, IoOptions, LINK_CLAIMS_ENV, PORTABLE_RENAME_ENV};
 pub use mailbox::{
     Buffered, DEFAULT_QUORUM, Finished, LAYOUT, Mailbox, MailboxOptions, Pass, PassControl,
     PauseLock, Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE,

@@ -33,6 +33,8 @@ pub enum Op {
     SyncFile(PathBuf),
     /// rename
     Rename(PathBuf, PathBuf),
+    /// link: a second name for a file
+    Link(PathBuf, PathBuf),
     /// fsync a directory
     SyncDir(PathBuf),
     /// unlink
@@ -92,6 +94,7 @@ impl FsHook for Recorder {
             FsOp::ReplaceTail(p, at, d) => Op::ReplaceTail(p.into(), at, d.to_vec()),
             FsOp::SyncFile(p) => Op::SyncFile(p.into()),
             FsOp::Rename { from, to, .. } => Op::Rename(from.into(), to.into()),
+            FsOp::Link { from, to } => Op::Link(from.into(), to.into()),
             FsOp::SyncDir(p) => Op::SyncDir(p.into()),
             FsOp::Remove(p) => Op::Remove(p.into()),
             // Modes and times are not part of the crash model: they do not decide what
@@ -252,6 +255,15 @@ impl Model {
                 let (tp, tname) = self.parent_and_name(to);
                 self.live_mut(tp).insert(tname, id);
             }
+            Op::Link(from, to) => {
+                let (fp, fname) = self.parent_and_name(from);
+                let id = *self
+                    .live_mut(fp)
+                    .get(&fname)
+                    .expect("link of a missing entry");
+                let (tp, tname) = self.parent_and_name(to);
+                self.live_mut(tp).insert(tname, id);
+            }
             Op::SyncDir(p) => {
                 let id = self
                     .lookup(&self.rel(p))
@@ -265,6 +277,25 @@ impl Model {
                 self.live_mut(parent).remove(&name);
             }
         }
+    }
+
+    /// The directories below `path` (itself included) as they are now, for a test that syncs
+    /// what other processes would.
+    pub fn live_dirs(&self, path: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let Some(id) = self.lookup(&self.rel(path)) else {
+            return out;
+        };
+        let mut todo = vec![(id, path.to_path_buf())];
+        while let Some((id, p)) = todo.pop() {
+            if let Node::Dir { live, .. } = &self.nodes[id] {
+                out.push(p.clone());
+                for (name, child) in live {
+                    todo.push((*child, p.join(name)));
+                }
+            }
+        }
+        out
     }
 
     /// Writes the tree a crash now may leave at `dest` (which must not exist).

@@ -119,13 +119,14 @@ fn check_deliveries<'a>(
 fn run_frozen(
     root: &Path,
     n: usize,
-    portable: bool,
+    mode: Mode,
     op: &dyn Fn(&Mailbox, &mut Handed) -> Option<String>,
 ) -> (Handed, bool, Arc<Recorder>, Option<String>) {
     let rec = Arc::new(Recorder::freezing_at(n));
     let mb = opts()
         .hook(rec.clone())
-        .portable_rename(portable)
+        .portable_rename(mode == Mode::Portable)
+        .link_claims(mode == Mode::Link)
         .open(root)
         .unwrap();
     let mut handed = Vec::new();
@@ -179,84 +180,163 @@ fn handed_of(mb: &Mailbox, pass: sigbox::Result<sigbox::Pass>, agent: &str, hand
     }
 }
 
-/// Enumerates every crash point of `op` after `prepare` and checks the invariants.
-/// Returns the number of crash states checked.
-/// Every crash state of `op`, with `renameat2(RENAME_NOREPLACE)` and again with the portable
-/// rename of filesystems that refuse it (spec/mailbox.md §9.9): the two must make the same
-/// effects (the portable path adds no `link`, no `unlink`, nothing a crash could leave
-/// half-done), so the same states, each checked.
+/// How claims move in a run (spec/mailbox.md §9.9, §9.10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// `renameat2(RENAME_NOREPLACE)`.
+    Rename,
+    /// The portable no-clobber rename of filesystems that refuse the flag.
+    Portable,
+    /// Claims by link, for filesystems whose rename is not atomic across directories.
+    Link,
+}
+
+/// Every crash state of `op`, with `renameat2(RENAME_NOREPLACE)`, again with the portable
+/// rename of filesystems that refuse it (spec/mailbox.md §9.9), and again with claims by link
+/// (§9.10). The two renames must make the same effects (the portable path adds no `link`, no
+/// `unlink`, nothing a crash could leave half-done), so the same states, each checked. Claims
+/// by link are checked on a second image of each state too: the shared directories synced by
+/// another process at the moment of the crash (a filesystem whose rename is not atomic across
+/// directories can then keep a claim's removal from its source and lose its arrival).
+/// Returns the number of crash states checked (with the rename).
 fn enumerate(
     label: &str,
     prepare: &dyn Fn(&Path, &Base) -> Handed,
     op: &dyn Fn(&Mailbox, &mut Handed) -> Option<String>,
     check_broadcast_everyone: bool,
 ) -> usize {
-    let states = enumerate_with(label, prepare, op, check_broadcast_everyone, false);
-    let portable = enumerate_with(label, prepare, op, check_broadcast_everyone, true);
+    let (states, _) = enumerate_with(label, prepare, op, check_broadcast_everyone, Mode::Rename);
+    let (portable, _) =
+        enumerate_with(label, prepare, op, check_broadcast_everyone, Mode::Portable);
     assert_eq!(
         states, portable,
         "{label}: the portable rename makes other effects than RENAME_NOREPLACE"
     );
+    let (linked, lost) = enumerate_with(label, prepare, op, check_broadcast_everyone, Mode::Link);
+    assert!(linked >= states, "{label}: {linked} states by link");
+    assert_eq!(lost, 0);
     states
 }
 
+/// Checks one crash image (`crashed`) against what the scenario promised. With `count_lost`,
+/// a lost signal is counted (returned) instead of failing.
+#[allow(clippy::too_many_arguments)]
+fn check_image(
+    ctx: &str,
+    crashed: &Path,
+    b: &Base,
+    before: &Handed,
+    handed: &Handed,
+    promised: Option<&String>,
+    check_broadcast_everyone: bool,
+    count_lost: bool,
+) -> usize {
+    let (after, rejected) = drain(crashed);
+    assert!(
+        rejected.is_empty(),
+        "{ctx}: a partial or invalid file was visible: {rejected:?}"
+    );
+    let all = || before.iter().chain(handed).chain(&after);
+    let seen: BTreeSet<(String, String)> = if count_lost {
+        all().map(|g| (g.agent.clone(), g.id.clone())).collect()
+    } else {
+        check_deliveries(ctx, all())
+    };
+    let mut lost = 0;
+    for (a, ids) in &b.expected {
+        for id in ids {
+            if *id == b.broadcast && !check_broadcast_everyone {
+                continue;
+            }
+            if !seen.contains(&(a.to_string(), id.clone())) {
+                assert!(
+                    count_lost,
+                    "{ctx}: {id} for {a} was lost\nbefore: {before:?}\nhanded: {handed:?}\nafter: {after:?}"
+                );
+                lost += 1;
+            }
+        }
+    }
+    if let Some(id) = promised
+        && !seen.contains(&("Executor".to_string(), id.clone()))
+    {
+        assert!(
+            count_lost,
+            "{ctx}: send returned {id} but the signal was lost"
+        );
+        lost += 1;
+    }
+    lost
+}
+
+/// Enumerates every crash state of `op` in `mode`; returns how many, and how many signals
+/// the images with another process's syncs lost (counted for the renames, which can lose
+/// there; a failure for claims by link, which must not).
 fn enumerate_with(
     label: &str,
     prepare: &dyn Fn(&Path, &Base) -> Handed,
     op: &dyn Fn(&Mailbox, &mut Handed) -> Option<String>,
     check_broadcast_everyone: bool,
-    portable: bool,
-) -> usize {
+    mode: Mode,
+) -> (usize, usize) {
     let tmp = tempfile::tempdir().unwrap();
     let template = tmp.path().join("template");
     let b = base(&template);
     let before = prepare(&template, &b);
     let mut states = 0;
+    let mut lost = 0;
     for n in 0.. {
         let work = tmp.path().join(format!("work{n}"));
         copy_tree(&template, &work);
         let mut model = Model::snapshot(&work);
-        let (handed, completed, rec, promised) = run_frozen(&work, n, portable, op);
+        let (handed, completed, rec, promised) = run_frozen(&work, n, mode, op);
         for o in rec.ops() {
             model.apply(&o);
         }
         let crashed = tmp.path().join(format!("crashed{n}"));
         model.durable(&crashed);
-        let (after, rejected) = drain(&crashed);
         states += 1;
-        let ctx = format!(
-            "{label}: crash at effect {n} (completed: {completed}, portable rename: {portable})"
+        let ctx = format!("{label}: crash at effect {n} (completed: {completed}, {mode:?})");
+        check_image(
+            &ctx,
+            &crashed,
+            &b,
+            &before,
+            &handed,
+            promised.as_ref(),
+            check_broadcast_everyone,
+            false,
         );
-        assert!(
-            rejected.is_empty(),
-            "{ctx}: a partial or invalid file was visible: {rejected:?}"
+        std::fs::remove_dir_all(&crashed).unwrap();
+        // Another process synced the directories every process writes (`inputs/` at each
+        // send, a buffer at each move into it) just before the crash.
+        let mut shared = model.clone();
+        let mut dirs = vec![work.join("inputs")];
+        dirs.extend(shared.live_dirs(&work.join("buffered")));
+        for d in dirs {
+            shared.apply(&Op::SyncDir(d));
+        }
+        shared.durable(&crashed);
+        lost += check_image(
+            &format!("{ctx}, shared directories synced by another process"),
+            &crashed,
+            &b,
+            &before,
+            &handed,
+            promised.as_ref(),
+            check_broadcast_everyone,
+            mode != Mode::Link,
         );
-        let seen = check_deliveries(&ctx, before.iter().chain(&handed).chain(&after));
-        for (a, ids) in &b.expected {
-            for id in ids {
-                if *id == b.broadcast && !check_broadcast_everyone {
-                    continue;
-                }
-                assert!(
-                    seen.contains(&(a.to_string(), id.clone())),
-                    "{ctx}: {id} for {a} was lost\nbefore: {before:?}\nhanded: {handed:?}\nafter: {after:?}"
-                );
-            }
-        }
-        if let Some(id) = promised {
-            assert!(
-                seen.contains(&("Executor".to_string(), id.clone())),
-                "{ctx}: send returned {id} but the signal was lost"
-            );
-        }
         std::fs::remove_dir_all(&work).unwrap();
         std::fs::remove_dir_all(&crashed).unwrap();
         if completed {
             break;
         }
     }
-    eprintln!("{label}: {states} crash states checked (portable rename: {portable})");
-    states
+    eprintln!(
+        "{label}: {states} crash states checked ({mode:?}), {lost} lost to another process's syncs"
+    );
+    (states, lost)
 }
 
 /// The operation under test: one pass of `agent`, recording what it handed over.
@@ -298,6 +378,22 @@ fn crash_during_claim() {
         true,
     );
     assert!(states >= 15);
+}
+
+/// The image with the shared directories synced by another process has teeth: claims by
+/// rename lose signals there (the removal from `inputs/` durable, the arrival in the slot
+/// not), which is why filesystems whose rename is not atomic across directories claim by
+/// link (§9.10), and why `enumerate` checks that image for claims by link.
+#[test]
+fn claims_by_rename_lose_signals_to_another_processs_sync() {
+    let (_, lost) = enumerate_with(
+        "executor pass by rename",
+        &nothing,
+        &pass_of("Executor"),
+        true,
+        Mode::Rename,
+    );
+    assert!(lost > 0, "no state lost a signal: the image tests nothing");
 }
 
 #[test]
@@ -495,6 +591,17 @@ fn enumerate_tree(
     op: &dyn Fn(&Path, Arc<Recorder>) -> bool,
     check: &dyn Fn(&Path, usize, bool),
 ) -> usize {
+    enumerate_tree_shared(prepare, op, check, false)
+}
+
+/// [`enumerate_tree`]; with `shared`, every state is checked a second time with `inputs/`
+/// and the buffers synced by another process at the moment of the crash (see `enumerate`).
+fn enumerate_tree_shared(
+    prepare: &dyn Fn(&Path),
+    op: &dyn Fn(&Path, Arc<Recorder>) -> bool,
+    check: &dyn Fn(&Path, usize, bool),
+    shared: bool,
+) -> usize {
     let tmp = tempfile::tempdir().unwrap();
     let template = tmp.path().join("t");
     std::fs::create_dir_all(&template).unwrap();
@@ -513,6 +620,17 @@ fn enumerate_tree(
         let crashed = tmp.path().join(format!("c{n}"));
         model.durable(&crashed);
         check(&crashed, n, ok);
+        if shared {
+            let mut other = model.clone();
+            let mut dirs = vec![work.join("inputs")];
+            dirs.extend(other.live_dirs(&work.join("buffered")));
+            for d in dirs {
+                other.apply(&Op::SyncDir(d));
+            }
+            let crashed = tmp.path().join(format!("s{n}"));
+            other.durable(&crashed);
+            check(&crashed, n, ok);
+        }
         states += 1;
         if completed {
             break;
@@ -688,6 +806,15 @@ fn interrupted_yaml_claim_with_a_zero_tail_is_finished_once() {
 /// per group. The acknowledgement moves them all into `processed/` and fsyncs it once.
 #[test]
 fn claims_of_a_pass_commit_together() {
+    for mode in [Mode::Rename, Mode::Link] {
+        claims_commit_together(mode);
+    }
+}
+
+/// The effects of passes over 1 to 130 signals: group commits of at most 64 claims, each
+/// claim by rename (or by link: every link of the group, the slot's fsync, then each source
+/// removed and each record written, §9.10), the slot synced before `inputs/`.
+fn claims_commit_together(mode: Mode) {
     for (k, groups) in [(1, 1), (5, 1), (64, 1), (65, 2), (130, 3)] {
         let tmp = tempfile::tempdir().unwrap();
         let mb = opts().init(tmp.path()).unwrap();
@@ -695,7 +822,11 @@ fn claims_of_a_pass_commit_together() {
             .map(|i| send(&mb, SignalType::Info, agent("Executor"), &format!("m{i}")))
             .collect();
         let rec = Arc::new(Recorder::new());
-        let mb = opts().hook(rec.clone()).open(tmp.path()).unwrap();
+        let mb = opts()
+            .hook(rec.clone())
+            .link_claims(mode == Mode::Link)
+            .open(tmp.path())
+            .unwrap();
         let pass = mb.pass("Executor", None).unwrap();
         let got: Vec<String> = pass.delivered.iter().map(|s| s.id.clone()).collect();
         assert_eq!(got, ids, "every signal, in FIFO order");
@@ -723,7 +854,16 @@ fn claims_of_a_pass_commit_together() {
         assert_eq!(format!("{:?}", &ops[..6]), format!("{made:?}"));
         let ops = &ops[6..];
         let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
+        let linked = mode == Mode::Link;
         assert_eq!(count(&|o| matches!(o, Op::Rename(..))), k);
+        assert_eq!(
+            count(&|o| matches!(o, Op::Link(..))),
+            if linked { k } else { 0 }
+        );
+        assert_eq!(
+            count(&|o| matches!(o, Op::Remove(..))),
+            if linked { k } else { 0 }
+        );
         assert_eq!(
             count(&|o| matches!(o, Op::ReplaceTail(..))),
             k,
@@ -748,18 +888,27 @@ fn claims_of_a_pass_commit_together() {
             count(&|o| matches!(o, Op::SyncDir(d) if *d == processed)),
             0
         );
-        // Within each group: every rename and record, then the slot, then inputs/.
+        // Within each group: by rename, every rename and record, then the slot, then
+        // inputs/; by link, every link, then the slot, then every source's removal (moved
+        // aside beside the link and unlinked there) and record, then inputs/.
         let mut phase = 0;
         for o in ops {
             let p = match o {
-                Op::Rename(..) | Op::ReplaceTail(..) => 0,
+                Op::Rename(..) | Op::ReplaceTail(..) if !linked => 0,
+                Op::Link(from, to) if from.starts_with(&inputs) && to.starts_with(&slot) => 0,
                 Op::SyncDir(d) if *d == slot => 1,
-                Op::SyncDir(d) if *d == inputs => 2,
-                other => panic!("unexpected effect {other:?}"),
+                Op::Rename(from, to)
+                    if linked && from.starts_with(&inputs) && to.starts_with(&slot) =>
+                {
+                    2
+                }
+                Op::Remove(p) | Op::ReplaceTail(p, ..) if linked && p.starts_with(&slot) => 2,
+                Op::SyncDir(d) if *d == inputs => 3,
+                other => panic!("{mode:?}: unexpected effect {other:?}"),
             };
             assert!(
-                p >= phase || (phase == 2 && p == 0),
-                "{k} claims: {o:?} out of order in {ops:?}"
+                p >= phase || (phase == 3 && p == 0),
+                "{k} claims ({mode:?}): {o:?} out of order in {ops:?}"
             );
             phase = p;
         }
@@ -782,17 +931,24 @@ fn claims_of_a_pass_commit_together() {
 /// their ids): each is delivered exactly once, counting what the pass handed over and what
 /// passes after the crash deliver. Returns the number of crash states and the set of how many
 /// signals the crashed pass handed over.
-fn crash_executor_pass(prepare: &dyn Fn(&Mailbox) -> Vec<String>) -> (usize, BTreeSet<usize>) {
+fn crash_executor_pass(
+    prepare: &dyn Fn(&Mailbox) -> Vec<String>,
+    mode: Mode,
+) -> (usize, BTreeSet<usize>) {
     let ids = std::sync::Mutex::new(BTreeSet::<String>::new());
     let handed = std::sync::Mutex::new(Handed::new());
     let sizes = std::sync::Mutex::new(BTreeSet::new());
-    let states = enumerate_tree(
+    let states = enumerate_tree_shared(
         &|t| {
             let mb = opts().init(t).unwrap();
             ids.lock().unwrap().extend(prepare(&mb));
         },
         &|w, rec| {
-            let mb = opts().hook(rec).open(w).unwrap();
+            let mb = opts()
+                .hook(rec)
+                .link_claims(mode == Mode::Link)
+                .open(w)
+                .unwrap();
             let mut h = handed.lock().unwrap();
             h.clear();
             let pass = mb.pass("Executor", None);
@@ -813,6 +969,7 @@ fn crash_executor_pass(prepare: &dyn Fn(&Mailbox) -> Vec<String>) -> (usize, BTr
             );
             sizes.lock().unwrap().insert(h.len());
         },
+        mode == Mode::Link,
     );
     (states, sizes.into_inner().unwrap())
 }
@@ -834,11 +991,13 @@ fn send_executor(mb: &Mailbox, prefix: &str, n: usize) -> Vec<String> {
 /// none is handed over before its group is durable.
 #[test]
 fn crash_during_groups_of_claims() {
-    let (states, sizes) = crash_executor_pass(&|mb| send_executor(mb, "g", 66));
-    eprintln!("groups of claims: {states} crash states checked");
-    assert!(states >= 66 * 3);
-    // Handed over only in whole groups, oldest first.
-    assert_eq!(sizes, BTreeSet::from([0, 64, 66]));
+    for mode in [Mode::Rename, Mode::Link] {
+        let (states, sizes) = crash_executor_pass(&|mb| send_executor(mb, "g", 66), mode);
+        eprintln!("groups of claims: {states} crash states checked ({mode:?})");
+        assert!(states >= 66 * 3);
+        // Handed over only in whole groups, oldest first.
+        assert_eq!(sizes, BTreeSet::from([0, 64, 66]), "{mode:?}");
+    }
 }
 
 #[test]
@@ -847,17 +1006,22 @@ fn crash_during_a_group_from_a_buffer_and_inputs() {
     // inputs/. The commit syncs processed/, then inputs/, then the buffer (inputs/ first: see
     // a_buffered_signal_claimed_before_a_power_loss_is_not_delivered_again): a crash between
     // the two leaves the claims from inputs/ durable, and they must have been handed over.
-    let (states, sizes) = crash_executor_pass(&|mb| {
-        let mut ids = send_executor(mb, "b", 3);
-        // Executor holds no presence lock: the orchestrator buffers the three.
-        let p = mb.pass("Orchestrator", None).unwrap();
-        assert_eq!(p.buffered.len(), 3);
-        ids.extend(send_executor(mb, "i", 3));
-        ids
-    });
-    eprintln!("group from a buffer and inputs/: {states} crash states checked");
-    // Nothing, the three from inputs/ (the buffer not synced yet), or all six.
-    assert_eq!(sizes, BTreeSet::from([0, 3, 6]));
+    for mode in [Mode::Rename, Mode::Link] {
+        let (states, sizes) = crash_executor_pass(
+            &|mb| {
+                let mut ids = send_executor(mb, "b", 3);
+                // Executor holds no presence lock: the orchestrator buffers the three.
+                let p = mb.pass("Orchestrator", None).unwrap();
+                assert_eq!(p.buffered.len(), 3);
+                ids.extend(send_executor(mb, "i", 3));
+                ids
+            },
+            mode,
+        );
+        eprintln!("group from a buffer and inputs/: {states} crash states checked ({mode:?})");
+        // Nothing, the three from inputs/ (the buffer not synced yet), or all six.
+        assert_eq!(sizes, BTreeSet::from([0, 3, 6]), "{mode:?}");
+    }
 }
 
 /// A hook that records into a shared [`Recorder`] and fails one directory's fsync: the moment

@@ -60,6 +60,14 @@ pub enum FsOp<'a> {
     },
     /// `fsync` of the directory at `path`.
     SyncDir(&'a Path),
+    /// `link(from, to)`: a second name for the file at `from` (a claim on a filesystem whose
+    /// rename is not atomic across directories, spec/mailbox.md §9.10); fails if `to` exists.
+    Link {
+        /// The existing name.
+        from: &'a Path,
+        /// The new name.
+        to: &'a Path,
+    },
     /// `unlink(path)`.
     Remove(&'a Path),
     /// `chmod(path, mode)` of a file or directory this handle just created (shared mailboxes).
@@ -105,6 +113,12 @@ pub struct IoOptions {
     /// path on any filesystem. Default: false, or true when the environment variable
     /// `SIGBOX_PORTABLE_RENAME` is `1`.
     pub portable_rename: bool,
+    /// Claims by `link`, fsync of the destination, then removal of the source, instead of one
+    /// `rename` (spec/mailbox.md §9.10): `Some(true)` always, `Some(false)` never, `None` (the
+    /// default) where the root's filesystem does not commit a rename between two directories
+    /// whole (ext2, ext4 without a journal, a filesystem sigbox does not know). The
+    /// environment variable `SIGBOX_LINK_CLAIMS` (`1` or `0`) overrides `None`.
+    pub link_claims: Option<bool>,
 }
 
 impl std::fmt::Debug for IoOptions {
@@ -140,11 +154,38 @@ impl IoOptions {
         self.portable_rename = on;
         self
     }
+
+    /// Forces claims by link (`true`) or by rename (`false`) whatever the filesystem (see
+    /// [`IoOptions::link_claims`]).
+    pub fn link_claims(&mut self, on: bool) -> &mut Self {
+        self.link_claims = Some(on);
+        self
+    }
 }
 
 /// The environment variable that forces the portable rename in every handle of a process.
 pub const PORTABLE_RENAME_ENV: &str = "SIGBOX_PORTABLE_RENAME";
 
+/// The environment variable that forces claims by link (`1`) or by rename (`0`) in every
+/// handle of a process whose options leave it to the filesystem.
+pub const LINK_CLAIMS_ENV: &str = "SIGBOX_LINK_CLAIMS";
+
+/// What [`Io::link_exclusive`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Linked {
+    /// The new name is made; the file's stamp as it was linked.
+    Done(Stamp),
+    /// The source is gone: somebody else took it.
+    SourceGone,
+    /// The destination exists; nothing changed.
+    DestExists,
+    /// The source has more than one link already: another process's claim is under way (or
+    /// ended in a crash), or a link was planted; nothing changed.
+    Busy(u64),
+    /// The source is not a regular file, or the filesystem makes no links: the caller moves
+    /// it by rename.
+    Unlinkable,
+}
 /// The seam. One per mailbox handle; it carries the durability mode, the hook and the poison flag.
 pub(crate) struct Io {
     durability: Durability,
@@ -161,6 +202,12 @@ pub(crate) struct Io {
     rename_lock: Option<PathBuf>,
     /// Whether the rename lock's failure was already reported.
     lock_warned: AtomicBool,
+    /// Claims by link (spec/mailbox.md §9.10): forced by the options, else decided by the
+    /// root's filesystem at the first claim ([`Io::link_claims`]); turned off for good when
+    /// the filesystem refuses a link.
+    link_claims: std::sync::OnceLock<AtomicBool>,
+    /// The options' or the environment's choice, if any.
+    link_forced: Option<bool>,
     /// The directory every path below it is resolved from, never through a symlink
     /// ([`Io::set_root`]); paths outside it are used as given.
     root: std::sync::RwLock<Option<Arc<sys::Root>>>,
@@ -188,6 +235,14 @@ impl Io {
             ),
             rename_lock: None,
             lock_warned: AtomicBool::new(false),
+            link_claims: std::sync::OnceLock::new(),
+            link_forced: opts.link_claims.or_else(|| {
+                match std::env::var_os(LINK_CLAIMS_ENV)?.to_str()? {
+                    "1" => Some(true),
+                    "0" => Some(false),
+                    _ => None,
+                }
+            }),
             root: std::sync::RwLock::new(None),
             root_checked: std::sync::Mutex::new(None),
         }
@@ -201,6 +256,26 @@ impl Io {
         *self.root_checked.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(std::time::Instant::now());
         Ok(())
+    }
+
+    /// True when claims move by link (spec/mailbox.md §9.10): as forced, or when the root's
+    /// filesystem does not commit a rename between two directories whole. Looked up once, at
+    /// the first claim.
+    pub(crate) fn link_claims(&self) -> bool {
+        self.link_claims
+            .get_or_init(|| {
+                let on = self.link_forced.unwrap_or_else(|| {
+                    self.root()
+                        .is_some_and(|r| sys::renames_not_atomic(r.path()))
+                });
+                if on {
+                    tracing::debug!(
+                        "claims move by link: renames here are not atomic across directories"
+                    );
+                }
+                AtomicBool::new(on)
+            })
+            .load(Ordering::Relaxed)
     }
 
     /// Opens the root again when its path now leads to another directory (the root was moved
@@ -541,16 +616,26 @@ impl Io {
             self.portable.store(true, Ordering::Relaxed);
             tracing::debug!(file = ?to, "RENAME_NOREPLACE refused: portable renames");
         }
+        let _held = self.rename_lock_for(to)?;
+        sys::rename_checked_at(src, dst)
+    }
+
+    /// Takes the rename lock: the exclusive `flock` that every portable no-clobber rename and
+    /// every claim by link of this mailbox holds (on `tmp/`; without a mailbox, on the
+    /// destination's directory). `None` where the filesystem has no locks (some network
+    /// filesystems), reported once. Never taken twice by one thread: `flock` on a second
+    /// descriptor would wait for the first.
+    fn rename_lock_for(&self, to: &Path) -> io::Result<Option<File>> {
         let dir = match &self.rename_lock {
             Some(d) => d.as_path(),
             None => to.parent().unwrap_or(Path::new(".")),
         };
-        let _held = match sys::dir_at(self.root().as_ref(), dir)
+        match sys::dir_at(self.root().as_ref(), dir)
             .and_then(sys::Dir::into_file)
             .and_then(|f| f.lock().map(|()| f))
         {
-            Ok(f) => Some(f),
-            Err(e) if sys::is_transient(&e) => return Err(e),
+            Ok(f) => Ok(Some(f)),
+            Err(e) if sys::is_transient(&e) => Err(e),
             Err(e) => {
                 // No locks here (some network filesystems): still one winner per source, but
                 // two renames of different files to one name could both succeed.
@@ -559,10 +644,71 @@ impl Io {
                         "cannot lock for renames: no-clobber renames are exclusive on their \
                          source only");
                 }
-                None
+                Ok(None)
             }
+        }
+    }
+
+    /// Removes the name `path` of a file with another name, under the rename lock, only while
+    /// the file still has more than one link: of two processes resolving one file's two links
+    /// from either side (spec/mailbox.md §9.6), one removes a link, the other finds one link
+    /// left and keeps it. False when nothing was removed.
+    pub(crate) fn remove_second_link(&self, path: &Path) -> Result<bool> {
+        self.check_poison(path)?;
+        let _held = self
+            .rename_lock_for(path)
+            .map_err(|e| Error::io(path, "cannot lock to remove", e))?;
+        match self.stamp(path)? {
+            Some(st) if st.nlink >= 2 => self.remove(path),
+            _ => Ok(false),
+        }
+    }
+
+    /// The first step of a claim by link (spec/mailbox.md §9.10): under the rename lock, a
+    /// second name `to` for the file at `from`, only when `from` is a regular file with one
+    /// link. The lock and the link count make it exclusive: while one claim's link stands, the
+    /// source has two links and no other claim links it, so the claim that removes the source
+    /// later is the only one holding it. Without a `link` (a filesystem that makes none, or
+    /// something else than a regular file) the caller moves the file by rename.
+    pub(crate) fn link_exclusive(&self, from: &Path, to: &Path) -> Result<Linked> {
+        self.check_poison(from)?;
+        let fail = |e: io::Error| match e.downcast::<Error>() {
+            Ok(refused) => refused,
+            Err(e) => Error::io(from, &format!("cannot link to {}", to.display()), e),
         };
-        sys::rename_checked_at(src, dst)
+        let (src, dst) = (
+            self.place_io(from).map_err(fail)?,
+            self.place_io(to).map_err(fail)?,
+        );
+        let _held = self.rename_lock_for(to).map_err(fail)?;
+        let st = match sys::stat_at(&src.0, src.1) {
+            Ok(st) => st,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Linked::SourceGone),
+            Err(e) => return Err(fail(e)),
+        };
+        if st.kind != sys::EntryKind::File {
+            return Ok(Linked::Unlinkable);
+        }
+        if st.nlink != 1 {
+            return Ok(Linked::Busy(st.nlink));
+        }
+        match self.effect(FsOp::Link { from, to }, || {
+            sys::link_at((&src.0, src.1), (&dst.0, dst.1))
+        }) {
+            Ok(()) => Ok(Linked::Done(st)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !self.parent_missing(from, to) => {
+                Ok(Linked::SourceGone)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Linked::DestExists),
+            Err(e) if sys::is_link_refused(&e) => {
+                if let Some(on) = self.link_claims.get() {
+                    on.store(false, Ordering::Relaxed);
+                }
+                tracing::debug!(file = ?to, error = %e, "links refused: claims move by rename");
+                Ok(Linked::Unlinkable)
+            }
+            Err(e) => Err(fail(e)),
+        }
     }
 
     /// [`Io::place`] inside an effect: a refusal travels as an `io::Error` carrying the

@@ -16,7 +16,7 @@ use super::{Mailbox, identity, lossy};
 use crate::atomic::{self, Claimed};
 use crate::body::{self, Handled};
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::ReadOutcome;
+use crate::io::{Linked, ReadOutcome};
 use crate::name;
 use crate::signal::Signal;
 use crate::sys::EntryKind;
@@ -80,11 +80,36 @@ pub(super) struct Batch {
     open_dirs: Vec<(PathBuf, File)>,
     /// Claims since the last commit.
     claims: usize,
-    /// Deliveries in FIFO order.
-    deliveries: Vec<Delivery>,
+    /// Deliveries in FIFO order, and claims by link not yet decided.
+    deliveries: Vec<Entry>,
     /// How many of `deliveries` are known durable (a prefix: a commit that succeeds makes all
     /// durable).
     durable: usize,
+    /// Files a commit found invalid (claims by link are read at the commit) and quarantined.
+    pub(super) rejected: Vec<Rejection>,
+    /// When a file a commit put back to settle is to be looked at again.
+    pub(super) next_check: Option<std::time::SystemTime>,
+}
+
+/// One place in a batch's FIFO order.
+enum Entry {
+    /// A delivery made (durable or not yet).
+    Made(Delivery),
+    /// A claim by link (spec/mailbox.md §9.10) whose link waits for the commit's fsync of the
+    /// slot; the commit then removes the source and reads and records the claim.
+    Linked(Box<LinkedClaim>),
+}
+
+/// What a commit needs to finish a claim by link.
+struct LinkedClaim {
+    src: PathBuf,
+    dest: PathBuf,
+    dir: PathBuf,
+    name: std::ffi::OsString,
+    extra: Map<String, Value>,
+    agent: String,
+    expected: Option<(u64, i128)>,
+    ino: u64,
 }
 
 impl Batch {
@@ -98,6 +123,8 @@ impl Batch {
             claims: 0,
             deliveries: Vec::new(),
             durable: 0,
+            rejected: Vec::new(),
+            next_check: None,
         }
     }
 
@@ -119,9 +146,28 @@ impl Batch {
             .1
     }
 
+    /// Notes `dir` as the source directory of a claim, synced at the commit after the slot.
+    /// A buffered signal left `inputs/` by the orchestrator's move, whose fsync of `inputs/`
+    /// may not have happened yet (it died in between, or has not got there). Until that
+    /// removal is durable, a power loss can bring the signal back to `inputs/`, to be buffered
+    /// and delivered again: `inputs/` is synced before the buffer, so before the hand-over.
+    fn note_source(&mut self, inputs: &Path, dir: &Path) {
+        if dir != inputs && !self.dirs.iter().any(|d| d == inputs) {
+            self.dirs.push(inputs.to_path_buf());
+        }
+        if !self.dirs.iter().any(|d| d == dir) {
+            self.dirs.push(dir.to_path_buf());
+        }
+    }
+
     /// Adds a delivery, in FIFO order.
     pub(super) fn push(&mut self, d: Delivery) {
-        self.deliveries.push(d);
+        self.deliveries.push(Entry::Made(d));
+    }
+
+    /// True when the last entry is a claim by link, decided at the commit.
+    pub(super) fn ends_linked(&self) -> bool {
+        matches!(self.deliveries.last(), Some(Entry::Linked(_)))
     }
 
     /// True when the batch holds as many uncommitted claims as one commit takes.
@@ -131,9 +177,14 @@ impl Batch {
 
     /// Takes the deliveries that are durable, in FIFO order: what may be handed over now.
     pub(super) fn take_durable(&mut self) -> Vec<Delivery> {
-        let (ready, pending) = std::mem::take(&mut self.deliveries)
-            .into_iter()
-            .partition::<Vec<_>, _>(|d| d.pending.is_none());
+        let mut ready = Vec::new();
+        let mut pending = Vec::new();
+        for e in std::mem::take(&mut self.deliveries) {
+            match e {
+                Entry::Made(d) if d.pending.is_none() => ready.push(d),
+                other => pending.push(other),
+            }
+        }
         self.deliveries = pending;
         self.durable = 0;
         ready
@@ -175,22 +226,104 @@ impl Mailbox {
                 .clone()
                 .expect("a batch with claims knows their slot");
             self.io.sync_dir_file(batch.dir_file(&dest), &dest)?;
+            // Claims by link: their links are durable now; each source goes, and each claim
+            // is read and recorded (§9.10). After an error, what was decided still commits.
+            let decided = self.decide_links(batch);
             while let Some(dir) = batch.dirs.first() {
                 self.io.sync_dir_file(batch.dir_file(dir), dir)?;
-                for d in &mut batch.deliveries[batch.durable..] {
-                    if d.pending.as_ref() == Some(dir) {
+                for e in &mut batch.deliveries[batch.durable..] {
+                    if let Entry::Made(d) = e
+                        && d.pending.as_ref() == Some(dir)
+                    {
                         d.pending = None;
                     }
                 }
                 batch.dirs.remove(0);
             }
             batch.claims = 0;
+            decided?;
         }
         // Every delivery is durable now: the batch's claims just committed; the rest (acks,
         // claims that finished an interrupted one) were synced when made.
-        debug_assert!(batch.deliveries.iter().all(|d| d.pending.is_none()));
+        debug_assert!(
+            batch
+                .deliveries
+                .iter()
+                .all(|e| matches!(e, Entry::Made(d) if d.pending.is_none()))
+        );
         batch.durable = batch.deliveries.len();
         Ok(())
+    }
+
+    /// The second half of the batch's claims by link, in FIFO order, once their links are
+    /// durable (spec/mailbox.md §9.10): the source goes ([`atomic::remove_linked_source`]),
+    /// then the claimed file is read and recorded as a claim by rename is. After an error,
+    /// the claims not decided yet are dropped (their links removed: the files stay where they
+    /// were) and the one that failed goes back.
+    fn decide_links(&self, batch: &mut Batch) -> Result<()> {
+        let mut failed = None;
+        let entries = std::mem::take(&mut batch.deliveries);
+        for e in entries {
+            let l = match e {
+                Entry::Linked(l) => l,
+                made => {
+                    batch.deliveries.push(made);
+                    continue;
+                }
+            };
+            if failed.is_some() {
+                if let Err(e) = self.io.remove(&l.dest) {
+                    tracing::warn!(file = ?l.dest, error = %e, "cannot drop a claim's link");
+                }
+                continue;
+            }
+            match self.decide_link(&l, batch) {
+                Ok(Some(d)) => batch.deliveries.push(Entry::Made(d)),
+                Ok(None) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Decides one claim by link: see [`Mailbox::decide_links`].
+    fn decide_link(&self, l: &LinkedClaim, batch: &mut Batch) -> Result<Option<Delivery>> {
+        if let Some(other) = atomic::remove_linked_source(&self.io, &l.src, &l.dest, l.ino)? {
+            let (_, file) = self.io.read_claimed(&other, self.opts.max_file_size)?;
+            self.put_back(&other, &l.dir, &l.name, file.as_ref())?;
+        }
+        let recorded = match self.annotate(&l.dest, &l.name, &l.extra, &l.agent, l.expected) {
+            Ok(r) => r,
+            Err(e) => {
+                // The source is gone: the file goes back there, pending again.
+                if let Err(back) = self.io.rename_noreplace(&l.dest, &l.src) {
+                    tracing::warn!(file = ?l.dest, error = %back, "cannot undo a claim");
+                }
+                return Err(e);
+            }
+        };
+        Ok(match recorded {
+            Recorded::Signal(signal) => Some(Delivery {
+                held: Held::Claim(signal.path.clone()),
+                signal,
+                pending: Some(l.dir.clone()),
+                undo: Undo::Claim(l.src.clone()),
+            }),
+            Recorded::Rejected(rej) => {
+                batch.rejected.push(rej);
+                None
+            }
+            Recorded::Gone => None,
+            Recorded::Stale(file) => {
+                self.put_back(&l.dest, &l.dir, &l.name, file.as_ref())?;
+                None
+            }
+            Recorded::Unsettled(until) => {
+                self.put_back(&l.dest, &l.dir, &l.name, None)?;
+                batch.next_check = Some(batch.next_check.map_or(until, |t| t.min(until)));
+                None
+            }
+        })
     }
 
     /// Takes back durable deliveries that could not be handed over (a closed or full output):
@@ -319,22 +452,53 @@ impl Mailbox {
                     for d in [dest_dir, self.layout.inputs.as_path(), dir] {
                         b.open_dir(&self.io, d)?;
                     }
+                    let mut tries = 0;
+                    while self.io.link_claims() {
+                        tries += 1;
+                        match self.io.link_exclusive(&src, &dest)? {
+                            Linked::Done(st) => {
+                                b.claims += 1;
+                                b.note_source(&self.layout.inputs, dir);
+                                b.deliveries.push(Entry::Linked(Box::new(LinkedClaim {
+                                    src: src.clone(),
+                                    dest,
+                                    dir: dir.to_path_buf(),
+                                    name: name.to_os_string(),
+                                    extra: extra.clone(),
+                                    agent: agent.to_string(),
+                                    expected,
+                                    ino: st.ino,
+                                })));
+                                return Ok(Some(None));
+                            }
+                            Linked::SourceGone => return Ok(Some(None)),
+                            Linked::DestExists => {
+                                return self.dest_taken(
+                                    attempt,
+                                    dest_dir,
+                                    dir,
+                                    &src,
+                                    &dest,
+                                    name,
+                                    &extra,
+                                    agent,
+                                    Some(b),
+                                    pass,
+                                );
+                            }
+                            Linked::Busy(_) => {
+                                if tries > 1 || !self.busy_source(dir, name, agent, pass)? {
+                                    return Ok(Some(None));
+                                }
+                            }
+                            Linked::Unlinkable => break,
+                        }
+                    }
                     let annotate = || self.annotate(&dest, name, &extra, agent, expected);
                     let claimed = atomic::claim_unsynced(&self.io, &src, &dest, annotate)?;
                     if let Claimed::Won(_) = claimed {
                         b.claims += 1;
-                        // A buffered signal left inputs/ by the orchestrator's move, whose
-                        // fsync of inputs/ may not have happened yet (it died in between, or
-                        // has not got there). Until that removal is durable, a power loss can
-                        // bring the signal back to inputs/, to be buffered and delivered again:
-                        // inputs/ is synced before the buffer, so before the hand-over.
-                        let inputs = &self.layout.inputs;
-                        if dir != inputs && !b.dirs.contains(inputs) {
-                            b.dirs.push(inputs.clone());
-                        }
-                        if !b.dirs.iter().any(|d| d == dir) {
-                            b.dirs.push(dir.to_path_buf());
-                        }
+                        b.note_source(&self.layout.inputs, dir);
                     }
                     (claimed, Some(dir.to_path_buf()))
                 }
@@ -347,48 +511,23 @@ impl Mailbox {
                 Claimed::Lost => return Ok(Some(None)),
                 Claimed::Won(recorded) => (recorded, pending),
                 Claimed::DestExists => {
-                    // Finishing an interrupted claim fsyncs both directories: commit first.
-                    if let Some(b) = batch.as_deref_mut() {
-                        self.commit(b)?;
-                    }
-                    if attempt > 0 || dest_dir != self.layout.processed {
-                        // A `.dup-` name taken too, or a name in the slot still in use by an
-                        // earlier claim: try another.
-                        return Ok(None);
-                    }
-                    match self.finish_interrupted(dir, &src, &dest, name, &extra, agent)? {
-                        // Synced when made: durable at once.
-                        Some(recorded) => (recorded, None),
-                        None => return Ok(None), // a different signal: try a fresh name
-                    }
+                    return self.dest_taken(
+                        attempt,
+                        dest_dir,
+                        dir,
+                        &src,
+                        &dest,
+                        name,
+                        &extra,
+                        agent,
+                        batch.as_deref_mut(),
+                        pass,
+                    );
                 }
             };
-            Ok(Some(match recorded {
-                Recorded::Signal(mut signal) => {
-                    // The handling metadata just appended, in the delivered record too.
-                    signal.fields.extend(extra.clone());
-                    Some(Delivery {
-                        held: Held::Claim(signal.path.clone()),
-                        signal,
-                        pending,
-                        undo: Undo::Claim(src.clone()),
-                    })
-                }
-                Recorded::Rejected(rej) => {
-                    pass.rejected.push(rej);
-                    None
-                }
-                Recorded::Gone => None,
-                Recorded::Stale(file) => {
-                    self.put_back(&dest, dir, name, file.as_ref())?;
-                    None
-                }
-                Recorded::Unsettled(until) => {
-                    self.put_back(&dest, dir, name, None)?;
-                    pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
-                    None
-                }
-            }))
+            Ok(Some(self.delivery_of(
+                recorded, pending, &src, &dest, dir, name, pass,
+            )?))
         })?;
         found.ok_or_else(|| {
             Error::new(
@@ -396,6 +535,95 @@ impl Mailbox {
                 Some(&src),
                 "cannot find a free name to claim it into",
             )
+        })
+    }
+
+    /// A claim whose destination is taken: when it holds this very signal, an interrupted
+    /// claim is finished (`processed/` only, plain name only); else `Ok(None)` asks for a
+    /// fresh name.
+    #[allow(clippy::too_many_arguments)]
+    fn dest_taken(
+        &self,
+        attempt: usize,
+        dest_dir: &Path,
+        dir: &Path,
+        src: &Path,
+        dest: &Path,
+        name: &OsStr,
+        extra: &Map<String, Value>,
+        agent: &str,
+        batch: Option<&mut Batch>,
+        pass: &mut Pass,
+    ) -> Result<Option<Option<Delivery>>> {
+        // Finishing an interrupted claim fsyncs both directories: commit first.
+        if let Some(b) = batch {
+            self.commit(b)?;
+        }
+        if attempt > 0 || dest_dir != self.layout.processed {
+            // A `.dup-` name taken too, or a name in the slot still in use by an earlier
+            // claim: try another.
+            return Ok(None);
+        }
+        match self.finish_interrupted(dir, src, dest, name, extra, agent)? {
+            // Synced when made: durable at once.
+            Some(recorded) => Ok(Some(
+                self.delivery_of(recorded, None, src, dest, dir, name, pass)?,
+            )),
+            None => Ok(None), // a different signal: try a fresh name
+        }
+    }
+
+    /// A source with a second link already, met by a claim by link: another claim's link
+    /// (under way, or left by a crash) or a planted one. A read resolves sigbox's own (§9.6);
+    /// a link that is not sigbox's quarantines the file, as the hard-link rule says.
+    /// True when the file is here with one link now: the claim tries again.
+    fn busy_source(&self, dir: &Path, name: &OsStr, agent: &str, pass: &mut Pass) -> Result<bool> {
+        Ok(match self.read_resolving(dir, name)? {
+            Some(read @ ReadOutcome::HardLinked(_)) => {
+                let reason = read.rejection().unwrap_or_default();
+                self.quarantine_into(pass, dir, name, &reason, agent)?;
+                false
+            }
+            Some(ReadOutcome::Bytes(..)) => true,
+            _ => false,
+        })
+    }
+
+    /// What a claim's record says: a delivery, a rejection (recorded in `pass`), or nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn delivery_of(
+        &self,
+        recorded: Recorded,
+        pending: Option<PathBuf>,
+        src: &Path,
+        dest: &Path,
+        dir: &Path,
+        name: &OsStr,
+        pass: &mut Pass,
+    ) -> Result<Option<Delivery>> {
+        Ok(match recorded {
+            // The handling metadata was appended to the file; `annotate` returned the
+            // signal with it.
+            Recorded::Signal(signal) => Some(Delivery {
+                held: Held::Claim(signal.path.clone()),
+                signal,
+                pending,
+                undo: Undo::Claim(src.to_path_buf()),
+            }),
+            Recorded::Rejected(rej) => {
+                pass.rejected.push(rej);
+                None
+            }
+            Recorded::Gone => None,
+            Recorded::Stale(file) => {
+                self.put_back(dest, dir, name, file.as_ref())?;
+                None
+            }
+            Recorded::Unsettled(until) => {
+                self.put_back(dest, dir, name, None)?;
+                pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+                None
+            }
         })
     }
 
@@ -554,6 +782,8 @@ impl Mailbox {
                             }
                             Err(e) => return Err(e),
                         }
+                        // The handling metadata just appended, in the delivered record too.
+                        sig.fields.extend(extra.clone());
                         return Ok(Recorded::Signal(sig));
                     }
                     Err(reason) => reason,

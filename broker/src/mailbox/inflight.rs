@@ -108,13 +108,58 @@ impl Mailbox {
 
     /// What a slot holds: its entries but a marker's rewrite in progress.
     fn slot_entries(&self, dir: &Path) -> Result<Vec<OsString>> {
-        Ok(self
-            .io
-            .list(dir, true)?
-            .into_iter()
-            .filter(|e| name::classify(&e.name) != name::NameKind::InProgress)
-            .map(|e| e.name)
-            .collect())
+        Ok(self.slot_listing(dir)?.0)
+    }
+
+    /// A slot's entries (as [`Mailbox::slot_entries`]), and apart the staging names a claim by
+    /// link moved a source to (`.<pid>.<16 hex>.claim.tmp`, §9.10).
+    fn slot_listing(&self, dir: &Path) -> Result<(Vec<OsString>, Vec<OsString>)> {
+        let mut entries = Vec::new();
+        let mut twins = Vec::new();
+        for e in self.io.list(dir, true)? {
+            if name::classify(&e.name) != name::NameKind::InProgress {
+                entries.push(e.name);
+            } else if atomic::is_stage_name(&e.name)
+                && e.name.to_str().is_some_and(|n| n.ends_with(".claim.tmp"))
+            {
+                twins.push(e.name);
+            }
+        }
+        Ok((entries, twins))
+    }
+
+    /// A source name a claim by link moved aside and did not remove (the claimer died, or a
+    /// crash brought it back, §9.10): a second link to a file that is elsewhere now goes; a
+    /// file with no other name took the source's name before the claim moved it aside, and
+    /// its name is lost with the claimer: it is quarantined, kept whole.
+    fn clear_claim_twin(&self, dir: &Path, twin: &OsStr, agent: &str) -> Result<()> {
+        let path = dir.join(twin);
+        match self.io.stamp(&path)? {
+            Some(st) if st.nlink >= 2 => {
+                self.io.remove_second_link(&path)?;
+            }
+            Some(_) => {
+                // Under a name readers see (a staging name is skipped everywhere).
+                let shown = OsString::from(
+                    lossy(twin)
+                        .trim_start_matches('.')
+                        .trim_end_matches(".tmp")
+                        .to_string(),
+                );
+                if self.io.rename_noreplace(&path, &dir.join(&shown))? != Renamed::Done {
+                    return Ok(());
+                }
+                self.quarantine(
+                    dir,
+                    &shown,
+                    "a file moved aside by a claim that was interrupted: it took the name of \
+                     the file being claimed, and that name is lost",
+                    agent,
+                )?;
+            }
+            None => {}
+        }
+        Ok(())
     }
 
     /// The slot `agent`'s new claims go to: taken at the first claim of this handle, the
@@ -178,7 +223,11 @@ impl Mailbox {
                 }
             };
             let mut found = Vec::new();
-            for f in self.slot_entries(&dir)? {
+            let (entries, twins) = self.slot_listing(&dir)?;
+            for t in &twins {
+                self.clear_claim_twin(&dir, t, agent)?;
+            }
+            for f in entries {
                 if lock.is_none() && flight.handed(&dir.join(&f)) {
                     continue;
                 }
@@ -232,7 +281,15 @@ impl Mailbox {
                 (Some(a), Some(b)) => (a.dev, a.ino) == (b.dev, b.ino),
                 _ => false,
             };
-            if same_file || self.same_signal(&path, &twin)? {
+            if same_file {
+                // Under the lock, while the other link stands: a pass resolving the same
+                // two links from the other side (§9.6) may have removed it meanwhile.
+                if self.io.remove_second_link(&path)? {
+                    return Ok(true);
+                }
+                continue;
+            }
+            if self.same_signal(&path, &twin)? {
                 self.io.remove(&path)?;
                 return Ok(true);
             }

@@ -133,7 +133,7 @@ impl Mailbox {
     /// other is sigbox's own leftover, a [`ProblemKind::Leftover`] the pass resolves.
     fn invalid(&self, dir: &Path, name: &std::ffi::OsStr, reason: String) -> Result<ProblemKind> {
         if crate::io::is_hard_link_reason(&reason)
-            && let Some((leftover, _)) = self.own_link(dir, name)?
+            && let Some((leftover, _, _)) = self.own_link(dir, name)?
         {
             return Ok(ProblemKind::Leftover { leftover });
         }

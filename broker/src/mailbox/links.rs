@@ -37,24 +37,38 @@ impl Mailbox {
     ///   made, the `inputs/` link goes; a claim slot's `<name>`: the claim was never handed
     ///   over (its hand-over waits for the fsync of `inputs/`), the `inputs/` link goes and the
     ///   slot's owner delivers it again, marked;
-    /// - a buffer: a slot of its agent: the buffer's link goes;
+    /// - a buffer: `inputs/<name>` (the orchestrator's move): the `inputs/` link goes; a slot
+    ///   of its agent: the buffer's link goes;
     /// - either, with `processed/<name>`: the `processed/` link goes (below).
     pub(super) fn resolve_own_link(&self, dir: &Path, name: &OsStr) -> Result<Option<Resolved>> {
-        let Some((leftover, resolved)) = self.own_link(dir, name)? else {
+        let Some((leftover, resolved, kept)) = self.own_link(dir, name)? else {
             return Ok(None);
         };
+        // The link that stays is made durable first: it may be a claim's link that its
+        // claimer has not synced yet (a claim by link under way, §9.10), and the removal of
+        // the other must never become durable before it.
+        if let Some(parent) = kept.parent() {
+            self.io.sync_dir(parent)?;
+        }
         self.drop_link(&leftover)?;
         Ok(Some(resolved))
     }
 
-    /// The leftover link [`resolve_own_link`](Self::resolve_own_link) would remove, and which
-    /// side it is, without removing it (what `ls` and `doctor` report).
-    pub(super) fn own_link(&self, dir: &Path, name: &OsStr) -> Result<Option<(PathBuf, Resolved)>> {
+    /// The leftover link [`resolve_own_link`](Self::resolve_own_link) would remove, which side
+    /// it is, and the link that stays, without removing anything (what `ls` and `doctor`
+    /// report). A claim by link under way (§9.10) looks the same as one a crash interrupted
+    /// before its source went: resolving it for the claimer is safe, since its link is synced
+    /// before the source's removal.
+    pub(super) fn own_link(
+        &self,
+        dir: &Path,
+        name: &OsStr,
+    ) -> Result<Option<(PathBuf, Resolved, PathBuf)>> {
         let here = dir.join(name);
         let Some(st) = self.io.stamp(&here)? else {
             return Ok(None);
         };
-        if st.nlink != 2 || st.kind != EntryKind::File {
+        if st.nlink < 2 || st.kind != EntryKind::File {
             return Ok(None);
         }
         let same = |p: &Path| -> Result<bool> {
@@ -63,10 +77,17 @@ impl Mailbox {
                 .stamp(p)?
                 .is_some_and(|o| (o.dev, o.ino) == (st.dev, st.ino)))
         };
+        // Beside it, the source name a claim by link moved aside to remove it (§9.10) and did
+        // not unlink before a crash (or has not yet): that name goes.
+        for twin in self.claim_twins(dir)? {
+            if same(&twin)? {
+                return Ok(Some((twin, Resolved::There, here)));
+            }
+        }
         if dir == self.layout.inputs {
             for stage in self.staging_twins(name)? {
                 if same(&stage)? {
-                    return Ok(Some((stage, Resolved::There)));
+                    return Ok(Some((stage, Resolved::There, here)));
                 }
             }
         }
@@ -76,7 +97,16 @@ impl Mailbox {
         // had (acks go by identity, which the file keeps) and is archived again.
         let record = self.layout.processed.join(name);
         if dir != self.layout.processed && same(&record)? {
-            return Ok(Some((record, Resolved::There)));
+            return Ok(Some((record, Resolved::There, here)));
+        }
+        // In a buffer, with inputs/<name>: the orchestrator's move into the buffer (by link,
+        // §9.10, or by a rename a crash left half durable) reached it: the inputs/ link goes.
+        let source = self.layout.inputs.join(name);
+        if dir != self.layout.inputs
+            && dir.parent() == Some(self.layout.buffered.as_path())
+            && same(&source)?
+        {
+            return Ok(Some((source, Resolved::There, here)));
         }
         let mut later: Vec<PathBuf> = Vec::new();
         let agents: Vec<String> = if dir == self.layout.inputs {
@@ -101,7 +131,7 @@ impl Mailbox {
         }
         for other in &later {
             if *other != here && same(other)? {
-                return Ok(Some((here, Resolved::Here)));
+                return Ok(Some((here, Resolved::Here, other.clone())));
             }
         }
         Ok(None)
@@ -112,19 +142,37 @@ impl Mailbox {
     /// when the link here was the leftover: the file is elsewhere now.
     pub(super) fn read_resolving(&self, dir: &Path, name: &OsStr) -> Result<Option<ReadOutcome>> {
         let path = dir.join(name);
-        let read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
-        if let ReadOutcome::HardLinked(2) = read {
+        let mut read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
+        // A crash can leave three names (a claim by link's source, its link, and the source
+        // moved aside): one resolution per leftover.
+        for _ in 0..3 {
+            let ReadOutcome::HardLinked(_) = read else {
+                break;
+            };
             match self.resolve_own_link(dir, name)? {
                 Some(Resolved::Here) => return Ok(None),
                 Some(Resolved::There) => {
-                    return Ok(Some(
-                        self.io.read_untrusted(&path, self.opts.max_file_size)?,
-                    ));
+                    read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
                 }
-                None => {}
+                None => break,
             }
         }
         Ok(Some(read))
+    }
+
+    /// The names in `dir` that a claim by link moved a source to (`.<pid>.<16 hex>.claim.tmp`,
+    /// §9.10). Listed only for a file with a second link.
+    fn claim_twins(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        Ok(self
+            .io
+            .list(dir, true)?
+            .into_iter()
+            .filter(|e| {
+                atomic::is_stage_name(&e.name)
+                    && e.name.to_str().is_some_and(|n| n.ends_with(".claim.tmp"))
+            })
+            .map(|e| dir.join(e.name))
+            .collect())
     }
 
     /// The staging names in `inputs/` a send of the canonical `name` used: `.<pid>.<the last 16
@@ -148,7 +196,7 @@ impl Mailbox {
 
     /// Removes a leftover link and makes its removal durable.
     fn drop_link(&self, path: &Path) -> Result<()> {
-        if self.io.remove(path)?
+        if self.io.remove_second_link(path)?
             && let Some(dir) = path.parent()
         {
             self.io.sync_dir(dir)?;

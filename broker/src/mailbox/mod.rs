@@ -353,7 +353,16 @@ impl Mailbox {
                     continue;
                 }
                 let p = dir.join(&e.name);
-                if stale(&p)? && self.io.remove(&p)? {
+                // A source a claim by link moved aside (§9.10) goes only as a second link: alone,
+                // it is a file that took a claimed name, quarantined by the slot's next owner.
+                let twin = e.name.to_str().is_some_and(|n| n.ends_with(".claim.tmp"));
+                if stale(&p)?
+                    && if twin {
+                        self.io.remove_second_link(&p)?
+                    } else {
+                        self.io.remove(&p)?
+                    }
+                {
                     here += 1;
                 }
             }

@@ -274,6 +274,11 @@ impl Mailbox {
     /// Hands the batch's durable deliveries over, unless an earlier hand-over failed; what
     /// the caller takes is held for its acknowledgement (at once, with `pass_with`).
     fn hand_over(&self, run: &mut Run<'_, '_>) -> Result<()> {
+        // What the commit found invalid or unsettled among claims by link.
+        run.pass.rejected.append(&mut run.batch.rejected);
+        if let Some(t) = run.batch.next_check.take() {
+            run.pass.next_check = Some(run.pass.next_check.map_or(t, |n| n.min(t)));
+        }
         let ready = run.batch.take_durable();
         if ready.is_empty() {
             return Ok(());
@@ -355,7 +360,25 @@ impl Mailbox {
                 // Claims join the batch: durable when it commits.
                 Action::Claim => {
                     let slot = self.own_slot(agent, run.flight)?;
-                    self.claim(&slot, dir, item, agent, run.pass, run.batch)?
+                    let d = self.claim(&slot, dir, item, agent, run.pass, run.batch)?;
+                    // A claim by link is decided at the commit (§9.10): one that would stop
+                    // the pass commits at once.
+                    if d.is_none()
+                        && run.batch.ends_linked()
+                        && item.signal_type.is_some_and(|t| t.stops_pass())
+                    {
+                        self.commit_and_hand_over(run)?;
+                        if run
+                            .pass
+                            .delivered
+                            .last()
+                            .is_some_and(|s| s.signal_type.stops_pass())
+                        {
+                            run.pass.stopped = true;
+                            break;
+                        }
+                    }
+                    d
                 }
                 Action::Ack => {
                     if run.who.is_orch {

@@ -55,18 +55,20 @@ impl Mailbox {
                 let why = Layout::reason_path(&dest);
                 atomic::write_atomic(&self.io, &stage, &why, &bytes, Clobber::Yes)
             };
-            Ok(match atomic::claim(&self.io, &src, &dest, write_reason)? {
-                Claimed::Lost => Some(None),
-                Claimed::Won(_) => {
-                    tracing::info!(file = ?src, reason, "quarantined");
-                    Some(Some(Rejection {
-                        name: lossy(name),
-                        path: dest,
-                        reason: reason.to_string(),
-                    }))
-                }
-                Claimed::DestExists => None,
-            })
+            Ok(
+                match atomic::claim_refused(&self.io, &src, &dest, write_reason)? {
+                    Claimed::Lost => Some(None),
+                    Claimed::Won(_) => {
+                        tracing::info!(file = ?src, reason, "quarantined");
+                        Some(Some(Rejection {
+                            name: lossy(name),
+                            path: dest,
+                            reason: reason.to_string(),
+                        }))
+                    }
+                    Claimed::DestExists => None,
+                },
+            )
         })?;
         found.ok_or_else(|| {
             Error::new(

@@ -374,7 +374,7 @@ impl Mailbox {
         // (§9.6) and the file here is read as the record it is. A file merely named like one
         // processed earlier is a new drop and gets no leniency: half of it is not a record.
         let mut interrupted = false;
-        if let ReadOutcome::HardLinked(2) = read
+        if let ReadOutcome::HardLinked(_) = read
             && let Some(dir) = path.parent()
         {
             let twin = self.io.stamp(&self.layout.processed.join(name))?;

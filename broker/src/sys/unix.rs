@@ -528,6 +528,96 @@ pub(crate) fn rename_checked_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io:
     rename_at(from, to)
 }
 
+/// `linkat` without following a symlink: a second name for the file at `from`. Fails with
+/// `EEXIST` when `to` exists, `ENOENT` when `from` is gone.
+pub(crate) fn link_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io::Result<()> {
+    Ok(rustix::fs::linkat(
+        from.0,
+        from.1,
+        to.0,
+        to.1,
+        rustix::fs::AtFlags::empty(),
+    )?)
+}
+
+/// True when `e` says the filesystem makes no hard links (FAT, some FUSE filesystems) or no
+/// more of them: a claim then moves by rename.
+pub(crate) fn is_link_refused(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    [
+        Errno::PERM,
+        Errno::OPNOTSUPP,
+        Errno::MLINK,
+        Errno::XDEV,
+        Errno::NOSYS,
+    ]
+    .iter()
+    .any(|c| e.raw_os_error() == Some(c.raw_os_error()))
+}
+
+/// False when the filesystem holding `path` is known to commit a rename between two
+/// directories whole (a journaling filesystem: ext4 with its journal, XFS, btrfs, ZFS, and
+/// memory filesystems, where nothing survives anyway), true otherwise: ext2, ext3/ext4
+/// mounted without a journal, and any filesystem sigbox does not recognise. There, a claim
+/// links the file into its slot and makes that link durable before it removes the source
+/// (spec/mailbox.md §9.10), since another process's fsync of the source directory could
+/// otherwise make the removal durable before the arrival.
+pub(crate) fn renames_not_atomic(path: &Path) -> bool {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        const EXT: i64 = 0xEF53;
+        const WHOLE: [i64; 7] = [
+            0x5846_5342,            // XFS
+            0x9123_683E_u32 as i64, // btrfs
+            0x2FC1_2FC1,            // ZFS
+            0x0102_1994,            // tmpfs
+            0x8584_58F6_u32 as i64, // ramfs
+            0x794C_7630,            // overlayfs: over ext4 or XFS with their journals, in practice
+            0x6969,                 // NFS: the server renames, whole
+        ];
+        let Ok(st) = rustix::fs::statfs(path) else {
+            return true;
+        };
+        #[allow(clippy::unnecessary_cast)]
+        let kind = st.f_type as i64;
+        if kind == EXT {
+            return !ext_has_journal(path);
+        }
+        !WHOLE.contains(&kind)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = path;
+        false
+    }
+}
+
+/// True when the ext2/3/4 filesystem holding `path` runs a journal: the kernel lists every
+/// journal it runs under `/proc/fs/jbd2/<device>-<journal inode>`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn ext_has_journal(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    let dev = meta.dev();
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    let Ok(target) = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")) else {
+        return false;
+    };
+    let Some(name) = target.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let prefix = format!("{name}-");
+    std::fs::read_dir("/proc/fs/jbd2").is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+    })
+}
+
 /// `renameat`, replacing the destination.
 pub(crate) fn rename_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io::Result<()> {
     Ok(rustix::fs::renameat(from.0, from.1, to.0, to.1)?)
