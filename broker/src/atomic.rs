@@ -121,6 +121,22 @@ pub(crate) fn claim_refused<T>(
     claim_with(io, src, dest, true, between)
 }
 
+/// [`claim`] by rename on every filesystem: for a move whose loss in a power failure loses
+/// nothing (Goblin's move of a signal it has acted on, whose new stage is saved first).
+pub(crate) fn claim_by_rename<T>(
+    io: &Io,
+    src: &Path,
+    dest: &Path,
+    between: impl FnOnce() -> Result<T>,
+) -> Result<Claimed<T>> {
+    let r = claim_unsynced(io, src, dest, between)?;
+    if let Claimed::Won(_) = r {
+        io.sync_dir(parent(dest)?)?;
+        io.sync_dir(parent(src)?)?;
+    }
+    Ok(r)
+}
+
 fn claim_with<T>(
     io: &Io,
     src: &Path,
@@ -152,12 +168,7 @@ fn claim_with<T>(
             Linked::Busy(_) | Linked::Unlinkable => {}
         }
     }
-    let r = claim_unsynced(io, src, dest, between)?;
-    if let Claimed::Won(_) = r {
-        io.sync_dir(parent(dest)?)?;
-        io.sync_dir(parent(src)?)?;
-    }
-    Ok(r)
+    claim_by_rename(io, src, dest, between)
 }
 
 /// The second step of a claim by link, once the link at `dest` is durable: removes the

@@ -182,6 +182,16 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
                 .into(),
         });
     }
+    if !facts.memory && io.link_claims() {
+        out.push(Finding {
+            severity: Severity::Info,
+            path: root.to_path_buf(),
+            message: "renames here are not atomic across directories (ext2, or ext3/ext4 \
+                      without a journal): claims move by link, fsync, then removal of the \
+                      source, so that a power loss never loses one (spec/mailbox.md §9.10)"
+                .into(),
+        });
+    }
     if crate::sys::is_remote_fs(root) {
         out.push(Finding {
             severity: Severity::Info,

@@ -194,7 +194,9 @@ impl Goblin {
         let src = self.dir.join(signal.name());
         let ts = Utc::now().format("%Y%m%dT%H%M%S%.6fZ");
         let dest = sub.join(format!("{}.{ts}", signal.name()));
-        match atomic::claim(&self.io, &src, &dest, || Ok(()))? {
+        // By rename everywhere: the new stage is saved before the signal is moved aside, so
+        // a power loss that loses the move loses nothing (and a kill leaves no second link).
+        match atomic::claim_by_rename(&self.io, &src, &dest, || Ok(()))? {
             atomic::Claimed::Won(()) => Ok(Some(dest)),
             _ => Ok(None),
         }

@@ -48,13 +48,14 @@ fn running_out_of_descriptors_mid_pass_loses_and_quarantines_nothing() {
     let reader = Mailbox::open(mb.root()).unwrap();
     let mut delivered = HashSet::new();
     let mut short_passes = 0;
-    // Five descriptors, then fewer, down to none. A pass needs the claim slot's lock (held by
+    // Six descriptors, then fewer, down to none. A pass needs the claim slot's lock (held by
     // the handle from its first claim on), the directories the commit needs (the slot,
-    // inputs/) and, for a moment, each claimed file; it holds no claimed file open until its
+    // inputs/), where claims move by link the rename lock's directory (spec/mailbox.md
+    // §9.10), and, for a moment, each claimed file; it holds no claimed file open until its
     // commit, so a pass short of descriptors fails at one fixed point, never after claims
     // have piled up.
     let mut failed = 0;
-    for free in [5, 4, 3, 2, 1, 0] {
+    for free in [6, 5, 4, 3, 2, 1, 0] {
         let held = fill_descriptor_table(free);
         let result = reader.pass("Executor", None);
         drop(held);
@@ -89,7 +90,7 @@ fn running_out_of_descriptors_mid_pass_loses_and_quarantines_nothing() {
         let pending: HashSet<String> = mb.pending().unwrap().into_iter().map(|p| p.id).collect();
         assert_eq!(pending.len() + delivered.len(), sent.len());
     }
-    assert_eq!(short_passes, 6);
+    assert_eq!(short_passes, 7);
     assert!(
         failed > 0,
         "every pass had descriptors enough: the test proves nothing"

@@ -222,6 +222,7 @@ fn main() {
         for durable in [false, true] {
             send_and_claim(tmp.path(), durable, None, &mut rows);
         }
+        link_claims(tmp.path(), &mut rows);
         println!(
             "| operation | floor | sigbox | peers | sigbox / floor | sigbox / best peer | note |"
         );
@@ -353,6 +354,7 @@ fn main() {
     for durable in [true, false] {
         send_and_claim(tmp.path(), durable, dq, &mut rows);
     }
+    link_claims(tmp.path(), &mut rows);
 
     // Detection latency of a blocked wait, beside a bare inotify watch and the upstream 5 s
     // polling loop (a signal arrives at a uniformly random moment of the 5 s period: the delay
@@ -518,6 +520,8 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
     // Durable rounds stay under one group commit (64).
     let (rounds, per) = if durable { (5, 60) } else { (30, 100) };
     let mut o = MailboxOptions::new();
+    // Claims by rename, whatever the filesystem: claims by link have their own rows.
+    o.link_claims(false);
     if !durable {
         o.durability(Durability::RelaxedNoFsync);
     }
@@ -765,6 +769,98 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
         rows.push(
             Row::new("claim (durable), one signal per pass", Some(floor_one), Some(sb_one))
                 .note("a delivery = pass + acknowledgement of a durably sent signal; floor: rename into flight+read, fsync flight dir, fsync inputs/, rename into processed/, fsync it (3 syncs, spec §9.2); sigbox: the same plus parsing and its handling record; maildir has no durable claim"),
+        );
+    }
+}
+
+/// Durable claims by link (spec/mailbox.md §9.10, for filesystems whose rename is not atomic
+/// across directories) beside their floor, and sigbox's claims by rename in the same run: a
+/// delivery (pass + acknowledgement) per signal, `per` signals per pass.
+fn link_claims(tmp: &Path, rows: &mut Vec<Row>) {
+    let body = br#"{"type":"INFO","target":"Executor","message":"m"}"#;
+    for per in [1usize, 60] {
+        let dir = tmp.join(format!("link{per}"));
+        let open = |name: &str, link: bool| {
+            let mut o = MailboxOptions::new();
+            o.link_claims(link);
+            let mb = o.init(dir.join(name)).unwrap();
+            // The agent's slot is made before anything is timed.
+            mb.send(&to("Executor")).unwrap();
+            assert_eq!(mb.pass("Executor", None).unwrap().delivered.len(), 1);
+            assert_eq!(mb.ack("Executor").unwrap(), 1);
+            mb
+        };
+        let (by_link, by_rename) = (open("link", true), open("rename", false));
+        let fl = dir.join("floor");
+        for d in ["inputs", "claimed", "processed"] {
+            fs::create_dir_all(fl.join(d)).unwrap();
+        }
+        let runs = if per == 1 { 100 } else { 15 };
+        let mut k = 0usize;
+        let floor = median_with(
+            runs,
+            || {
+                for _ in 0..per {
+                    k += 1;
+                    let p = fl.join("inputs").join(sigbox_bench::floor_names(k).1);
+                    let mut f = File::create(&p).unwrap();
+                    f.write_all(body).unwrap();
+                    f.sync_data().unwrap();
+                }
+                File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
+            },
+            |()| {
+                let flight = fl.join("claimed");
+                let names: Vec<PathBuf> = fs::read_dir(fl.join("inputs"))
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .collect();
+                let mut held = Vec::with_capacity(names.len());
+                for src in &names {
+                    let dst = flight.join(src.file_name().unwrap());
+                    fs::hard_link(src, &dst).unwrap();
+                    held.push(dst);
+                }
+                File::open(&flight).unwrap().sync_all().unwrap();
+                for (src, dst) in names.iter().zip(&held) {
+                    fs::remove_file(src).unwrap();
+                    black_box(fs::read(dst).unwrap());
+                }
+                File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
+                for f in &held {
+                    fs::rename(f, fl.join("processed").join(f.file_name().unwrap())).unwrap();
+                }
+                File::open(fl.join("processed"))
+                    .unwrap()
+                    .sync_all()
+                    .unwrap();
+            },
+        );
+        let sigbox = |mb: &Mailbox| {
+            median_with(
+                runs,
+                || {
+                    for _ in 0..per {
+                        mb.send(&to("Executor")).unwrap();
+                    }
+                },
+                |()| {
+                    assert_eq!(mb.pass("Executor", None).unwrap().delivered.len(), per);
+                    assert_eq!(mb.ack("Executor").unwrap(), per);
+                },
+            )
+        };
+        let link = sigbox(&by_link);
+        let rename = sigbox(&by_rename);
+        let each = |d: Duration| d / per as u32;
+        rows.push(
+            Row::new(
+                format!("claim by link (durable), {per} per pass"),
+                Some(each(floor)),
+                Some(each(link)),
+            )
+            .peer("sigbox claim by rename", Some(each(rename)))
+            .note("for filesystems whose rename is not atomic across directories (mailbox.md §9.10); a delivery = pass + acknowledgement; floor: list, link into flight, fsync it, unlink each source and read, fsync inputs/, rename into processed/, fsync it; sigbox also takes the rename lock and checks the link count, and moves each source aside and checks it before unlinking it (a name used again is never removed)"),
         );
     }
 }

@@ -116,7 +116,7 @@ pub struct IoOptions {
     /// Claims by `link`, fsync of the destination, then removal of the source, instead of one
     /// `rename` (spec/mailbox.md §9.10): `Some(true)` always, `Some(false)` never, `None` (the
     /// default) where the root's filesystem does not commit a rename between two directories
-    /// whole (ext2, ext4 without a journal, a filesystem sigbox does not know). The
+    /// whole (ext2, ext3/ext4 without a journal). The
     /// environment variable `SIGBOX_LINK_CLAIMS` (`1` or `0`) overrides `None`.
     pub link_claims: Option<bool>,
 }
@@ -170,6 +170,21 @@ pub const PORTABLE_RENAME_ENV: &str = "SIGBOX_PORTABLE_RENAME";
 /// handle of a process whose options leave it to the filesystem.
 pub const LINK_CLAIMS_ENV: &str = "SIGBOX_LINK_CLAIMS";
 
+/// The rename lock held on the kept descriptor ([`Io::claim_locked`]), with the mutex that
+/// keeps this handle's threads apart; released when dropped (the descriptor stays open).
+struct ClaimLock<'a> {
+    kept: std::sync::MutexGuard<'a, Option<sys::Dir>>,
+    held: bool,
+}
+
+impl Drop for ClaimLock<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(d)) = (self.held, self.kept.as_ref()) {
+            let _ = rustix::fs::flock(d, rustix::fs::FlockOperation::Unlock);
+        }
+    }
+}
+
 /// What [`Io::link_exclusive`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Linked {
@@ -208,6 +223,11 @@ pub(crate) struct Io {
     link_claims: std::sync::OnceLock<AtomicBool>,
     /// The options' or the environment's choice, if any.
     link_forced: Option<bool>,
+    /// The rename lock's directory, opened at the first claim by link and kept: a claim then
+    /// needs no new descriptor (a pass out of descriptors still commits what it claimed). The
+    /// mutex keeps two threads of this handle apart, which one `flock` on one open file
+    /// cannot.
+    claim_lock: std::sync::Mutex<Option<sys::Dir>>,
     /// The directory every path below it is resolved from, never through a symlink
     /// ([`Io::set_root`]); paths outside it are used as given.
     root: std::sync::RwLock<Option<Arc<sys::Root>>>,
@@ -236,6 +256,7 @@ impl Io {
             rename_lock: None,
             lock_warned: AtomicBool::new(false),
             link_claims: std::sync::OnceLock::new(),
+            claim_lock: std::sync::Mutex::new(None),
             link_forced: opts.link_claims.or_else(|| {
                 match std::env::var_os(LINK_CLAIMS_ENV)?.to_str()? {
                     "1" => Some(true),
@@ -626,14 +647,25 @@ impl Io {
     /// filesystems), reported once. Never taken twice by one thread: `flock` on a second
     /// descriptor would wait for the first.
     fn rename_lock_for(&self, to: &Path) -> io::Result<Option<File>> {
-        let dir = match &self.rename_lock {
+        let dir = self.rename_lock_dir(to);
+        let locked = sys::dir_at(self.root().as_ref(), dir)
+            .and_then(sys::Dir::into_file)
+            .and_then(|f| f.lock().map(|()| f));
+        self.lock_or_warn(dir, locked)
+    }
+
+    /// The directory the rename lock is on (see [`Io::rename_lock_for`]).
+    fn rename_lock_dir<'p>(&'p self, to: &'p Path) -> &'p Path {
+        match &self.rename_lock {
             Some(d) => d.as_path(),
             None => to.parent().unwrap_or(Path::new(".")),
-        };
-        match sys::dir_at(self.root().as_ref(), dir)
-            .and_then(sys::Dir::into_file)
-            .and_then(|f| f.lock().map(|()| f))
-        {
+        }
+    }
+
+    /// A lock taken, or `None` (reported once) where the filesystem has no locks; a
+    /// transient error is an error.
+    fn lock_or_warn<T>(&self, dir: &Path, locked: io::Result<T>) -> io::Result<Option<T>> {
+        match locked {
             Ok(f) => Ok(Some(f)),
             Err(e) if sys::is_transient(&e) => Err(e),
             Err(e) => {
@@ -649,6 +681,24 @@ impl Io {
         }
     }
 
+    /// Takes the rename lock on the descriptor claims by link keep ([`Io::open_claim_lock`]):
+    /// the layout's own descriptor of `tmp/` where the root keeps one, so that claims need no
+    /// descriptor of their own. Released when the guard drops.
+    fn claim_locked(&self, to: &Path) -> io::Result<ClaimLock<'_>> {
+        let mut kept = self.claim_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.is_none() {
+            *kept = Some(sys::dir_at(self.root().as_ref(), self.rename_lock_dir(to))?);
+        }
+        let dir = self.rename_lock_dir(to);
+        let held = {
+            let d = kept.as_ref().expect("opened above");
+            let locked = rustix::fs::flock(d, rustix::fs::FlockOperation::LockExclusive)
+                .map_err(io::Error::from);
+            self.lock_or_warn(dir, locked)?.is_some()
+        };
+        Ok(ClaimLock { kept, held })
+    }
+
     /// Removes the name `path` of a file with another name, under the rename lock, only while
     /// the file still has more than one link: of two processes resolving one file's two links
     /// from either side (spec/mailbox.md §9.6), one removes a link, the other finds one link
@@ -662,6 +712,21 @@ impl Io {
             Some(st) if st.nlink >= 2 => self.remove(path),
             _ => Ok(false),
         }
+    }
+
+    /// Opens the descriptor claims by link lock with ([`Io::link_exclusive`]), unless it is
+    /// open: a pass opens what its claims need before the first one, so that running out of
+    /// descriptors stops it before a claim, not halfway through one.
+    pub(crate) fn open_claim_lock(&self, to: &Path) -> Result<()> {
+        let mut kept = self.claim_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.is_none() {
+            let dir = self.rename_lock_dir(to);
+            *kept = Some(
+                sys::dir_at(self.root().as_ref(), dir)
+                    .map_err(|e| Error::io(dir, "cannot open the rename lock", e))?,
+            );
+        }
+        Ok(())
     }
 
     /// The first step of a claim by link (spec/mailbox.md §9.10): under the rename lock, a
@@ -680,7 +745,7 @@ impl Io {
             self.place_io(from).map_err(fail)?,
             self.place_io(to).map_err(fail)?,
         );
-        let _held = self.rename_lock_for(to).map_err(fail)?;
+        let _held = self.claim_locked(to).map_err(fail)?;
         let st = match sys::stat_at(&src.0, src.1) {
             Ok(st) => st,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Linked::SourceGone),

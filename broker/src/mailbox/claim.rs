@@ -452,6 +452,9 @@ impl Mailbox {
                     for d in [dest_dir, self.layout.inputs.as_path(), dir] {
                         b.open_dir(&self.io, d)?;
                     }
+                    if self.io.link_claims() {
+                        self.io.open_claim_lock(&dest)?;
+                    }
                     let mut tries = 0;
                     while self.io.link_claims() {
                         tries += 1;

@@ -130,8 +130,8 @@ impl MailboxOptions {
 
     /// Claims by link (`true`) or by rename (`false`) whatever the filesystem
     /// (spec/mailbox.md §9.10). Default: by link where the root's filesystem does not commit
-    /// a rename between two directories whole (ext2, ext4 without a journal, a filesystem
-    /// sigbox does not know), or as `SIGBOX_LINK_CLAIMS` (`1` or `0`) says.
+    /// a rename between two directories whole (ext2, ext3/ext4 without a journal), or as
+    /// `SIGBOX_LINK_CLAIMS` (`1` or `0`) says.
     pub fn link_claims(&mut self, on: bool) -> &mut Self {
         self.io.link_claims(on);
         self

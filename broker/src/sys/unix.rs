@@ -555,35 +555,24 @@ pub(crate) fn is_link_refused(e: &io::Error) -> bool {
     .any(|c| e.raw_os_error() == Some(c.raw_os_error()))
 }
 
-/// False when the filesystem holding `path` is known to commit a rename between two
-/// directories whole (a journaling filesystem: ext4 with its journal, XFS, btrfs, ZFS, and
-/// memory filesystems, where nothing survives anyway), true otherwise: ext2, ext3/ext4
-/// mounted without a journal, and any filesystem sigbox does not recognise. There, a claim
-/// links the file into its slot and makes that link durable before it removes the source
-/// (spec/mailbox.md §9.10), since another process's fsync of the source directory could
-/// otherwise make the removal durable before the arrival.
+/// True when the filesystem holding `path` is ext2, or ext3/ext4 mounted without a journal:
+/// there a rename between two directories is not committed whole, and a claim links the file
+/// into its slot and makes that link durable before it removes the source (spec/mailbox.md
+/// §9.10), since another process's fsync of the source directory could otherwise make the
+/// removal durable before the arrival. Everywhere else a claim is one rename: journaling
+/// filesystems commit it whole, and on filesystems whose inode numbers or links cannot be
+/// trusted (FUSE, network filesystems) a claim by link could not tell its own link from
+/// another file.
 pub(crate) fn renames_not_atomic(path: &Path) -> bool {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         const EXT: i64 = 0xEF53;
-        const WHOLE: [i64; 7] = [
-            0x5846_5342,            // XFS
-            0x9123_683E_u32 as i64, // btrfs
-            0x2FC1_2FC1,            // ZFS
-            0x0102_1994,            // tmpfs
-            0x8584_58F6_u32 as i64, // ramfs
-            0x794C_7630,            // overlayfs: over ext4 or XFS with their journals, in practice
-            0x6969,                 // NFS: the server renames, whole
-        ];
         let Ok(st) = rustix::fs::statfs(path) else {
-            return true;
+            return false;
         };
         #[allow(clippy::unnecessary_cast)]
         let kind = st.f_type as i64;
-        if kind == EXT {
-            return !ext_has_journal(path);
-        }
-        !WHOLE.contains(&kind)
+        kind == EXT && !ext_has_journal(path)
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
