@@ -145,10 +145,15 @@ fn claim_with<T>(
     between: impl FnOnce() -> Result<T>,
 ) -> Result<Claimed<T>> {
     if io.link_claims() {
-        match io.link_exclusive(src, dest)? {
+        let (linked, held) = io.link_exclusive_holding(src, dest)?;
+        match linked {
             Linked::Done(st) => {
+                // Under the rename lock until the source is gone: a process meeting the two
+                // links meanwhile waits, then finds one (§9.10).
                 io.sync_dir(parent(dest)?)?;
-                if let Some(other) = remove_linked_source(io, src, dest, st.ino)? {
+                let other = remove_linked_source(io, src, dest, st.ino)?;
+                drop(held);
+                if let Some(other) = other {
                     put_back(io, &other, src)?;
                 }
                 return match between() {
@@ -184,22 +189,25 @@ pub(crate) fn remove_linked_source(
     dest: &Path,
     ino: u64,
 ) -> Result<Option<PathBuf>> {
+    // A fresh name of this process's own: `rename` needs no lock to be exclusive there.
     let twin = stage_name(parent(dest)?, "claim");
-    match io.rename_noreplace(src, &twin)? {
-        Renamed::SourceGone => Ok(None),
-        Renamed::DestExists => Err(Error::new(
-            ErrorKind::Io,
-            Some(&twin),
-            "a fresh staging name is taken",
-        )),
-        Renamed::Done => match io.stamp(&twin)? {
-            Some(st) if st.ino == ino => {
-                io.remove(&twin)?;
-                Ok(None)
-            }
-            Some(_) => Ok(Some(twin)),
-            None => Ok(None),
-        },
+    match io.rename_replace(src, &twin) {
+        Ok(()) => {}
+        Err(e)
+            if e.io_error()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    }
+    match io.stamp(&twin)? {
+        Some(st) if st.ino == ino => {
+            io.remove(&twin)?;
+            Ok(None)
+        }
+        Some(_) => Ok(Some(twin)),
+        None => Ok(None),
     }
 }
 

@@ -646,7 +646,15 @@ fn a_name_used_again_under_a_claim_is_put_back() {
         done: AtomicBool::new(false),
         taken: Mutex::new(None),
     });
-    let mb = o.clone().hook(hook.clone()).open(tmp.path()).unwrap();
+    // By rename: the hook stages the race at the claim's rename. Claims by link meet a name
+    // used again at the source's removal instead (atomic::remove_linked_source), where the
+    // file that took the name goes back the same way.
+    let mb = o
+        .clone()
+        .hook(hook.clone())
+        .link_claims(false)
+        .open(tmp.path())
+        .unwrap();
     let pass = mb.pass("Executor", None).unwrap();
     mb.ack("Executor").unwrap();
     assert!(hook.done.load(Ordering::SeqCst), "the race was staged");
@@ -806,7 +814,15 @@ fn a_name_used_again_under_a_buffer_move_is_put_back() {
     )
     .unwrap();
     let hook = std::sync::Arc::new(Swap(inputs.clone(), Default::default()));
-    let mb = o.clone().hook(hook.clone()).open(tmp.path()).unwrap();
+    // By rename: the hook stages the race at the claim's rename. Claims by link meet a name
+    // used again at the source's removal instead (atomic::remove_linked_source), where the
+    // file that took the name goes back the same way.
+    let mb = o
+        .clone()
+        .hook(hook.clone())
+        .link_claims(false)
+        .open(tmp.path())
+        .unwrap();
     let pass = mb.pass("Orchestrator", None).unwrap();
     assert!(
         hook.1.load(std::sync::atomic::Ordering::SeqCst),

@@ -736,6 +736,19 @@ impl Io {
     /// later is the only one holding it. Without a `link` (a filesystem that makes none, or
     /// something else than a regular file) the caller moves the file by rename.
     pub(crate) fn link_exclusive(&self, from: &Path, to: &Path) -> Result<Linked> {
+        Ok(self.link_exclusive_holding(from, to)?.0)
+    }
+
+    /// [`Io::link_exclusive`], keeping the rename lock until the returned guard drops: a move
+    /// that must look whole to every process resolving second links (an archive into
+    /// `processed/`, whose link a resolver would otherwise take for an interrupted claim's)
+    /// holds it until its source is gone. Nothing that takes the rename lock may run while
+    /// the guard is held.
+    pub(crate) fn link_exclusive_holding(
+        &self,
+        from: &Path,
+        to: &Path,
+    ) -> Result<(Linked, Option<impl Drop + '_>)> {
         self.check_poison(from)?;
         let fail = |e: io::Error| match e.downcast::<Error>() {
             Ok(refused) => refused,
@@ -745,35 +758,36 @@ impl Io {
             self.place_io(from).map_err(fail)?,
             self.place_io(to).map_err(fail)?,
         );
-        let _held = self.claim_locked(to).map_err(fail)?;
+        let held = self.claim_locked(to).map_err(fail)?;
         let st = match sys::stat_at(&src.0, src.1) {
             Ok(st) => st,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Linked::SourceGone),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Linked::SourceGone, None)),
             Err(e) => return Err(fail(e)),
         };
         if st.kind != sys::EntryKind::File {
-            return Ok(Linked::Unlinkable);
+            return Ok((Linked::Unlinkable, None));
         }
         if st.nlink != 1 {
-            return Ok(Linked::Busy(st.nlink));
+            return Ok((Linked::Busy(st.nlink), None));
         }
-        match self.effect(FsOp::Link { from, to }, || {
+        let linked = match self.effect(FsOp::Link { from, to }, || {
             sys::link_at((&src.0, src.1), (&dst.0, dst.1))
         }) {
-            Ok(()) => Ok(Linked::Done(st)),
+            Ok(()) => Linked::Done(st),
             Err(e) if e.kind() == io::ErrorKind::NotFound && !self.parent_missing(from, to) => {
-                Ok(Linked::SourceGone)
+                Linked::SourceGone
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Linked::DestExists),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Linked::DestExists,
             Err(e) if sys::is_link_refused(&e) => {
                 if let Some(on) = self.link_claims.get() {
                     on.store(false, Ordering::Relaxed);
                 }
                 tracing::debug!(file = ?to, error = %e, "links refused: claims move by rename");
-                Ok(Linked::Unlinkable)
+                Linked::Unlinkable
             }
-            Err(e) => Err(fail(e)),
-        }
+            Err(e) => return Err(fail(e)),
+        };
+        Ok((linked, Some(held)))
     }
 
     /// [`Io::place`] inside an effect: a refusal travels as an `io::Error` carrying the
