@@ -169,8 +169,8 @@ fn claim_with<T>(
             }
             Linked::SourceGone => return Ok(Claimed::Lost),
             Linked::DestExists => return Ok(Claimed::DestExists),
-            Linked::Busy(_) if !busy_by_rename => return Ok(Claimed::Lost),
-            Linked::Busy(_) | Linked::Unlinkable => {}
+            Linked::Busy if !busy_by_rename => return Ok(Claimed::Lost),
+            Linked::Busy | Linked::Unlinkable => {}
         }
     }
     claim_by_rename(io, src, dest, between)
@@ -178,8 +178,8 @@ fn claim_with<T>(
 
 /// The second step of a claim by link, once the link at `dest` is durable: removes the
 /// source's name, only if it still names the linked file (inode `ino`). The source is moved
-/// to a staging name beside `dest` (exclusive: one mover per name), checked there, and
-/// unlinked; a file that took the source's name meanwhile is returned, to go back where it
+/// to a fresh staging name of this process's own beside `dest` (a plain `rename`: no other
+/// process uses that name), checked there, and unlinked; a file that took the source's name meanwhile is returned, to go back where it
 /// was ([`put_back`]). A source already gone is fine: the only other way out of the source
 /// for a file with a claim's link is the removal by a pass that found the link and synced it
 /// first ([`crate::mailbox`] §9.6), which leaves the claim holding it.
@@ -347,6 +347,12 @@ pub(crate) fn stage_name(dir: &Path, hint: &str) -> PathBuf {
 pub(crate) fn stage_name_from(dir: &Path, uuid_hex: &str, hint: &str) -> PathBuf {
     let tail = uuid_hex.get(16..).unwrap_or(uuid_hex);
     dir.join(format!(".{}.{}.{}.tmp", std::process::id(), tail, hint))
+}
+
+/// True for the name a claim by link moves a source to before unlinking it
+/// ([`remove_linked_source`], spec/mailbox.md §9.10): a [`stage_name`] with the hint `claim`.
+pub(crate) fn is_claim_twin(name: &OsStr) -> bool {
+    is_stage_name(name) && name.to_str().is_some_and(|n| n.ends_with(".claim.tmp"))
 }
 
 /// True for a name [`stage_name`] makes: `.<pid>.<16 hex>.<hint>.tmp`. `gc` removes only these

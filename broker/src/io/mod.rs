@@ -196,7 +196,7 @@ pub(crate) enum Linked {
     DestExists,
     /// The source has more than one link already: another process's claim is under way (or
     /// ended in a crash), or a link was planted; nothing changed.
-    Busy(u64),
+    Busy,
     /// The source is not a regular file, or the filesystem makes no links: the caller moves
     /// it by rename.
     Unlinkable,
@@ -681,9 +681,11 @@ impl Io {
         }
     }
 
-    /// Takes the rename lock on the descriptor claims by link keep ([`Io::open_claim_lock`]):
-    /// the layout's own descriptor of `tmp/` where the root keeps one, so that claims need no
-    /// descriptor of their own. Released when the guard drops.
+    /// Takes the rename lock on a descriptor kept from the first claim by link on: the
+    /// layout's own descriptor of `tmp/` where the root keeps one, so that claims (and the
+    /// resolution of their second links) need no descriptor of their own, and a pass short of
+    /// descriptors fails at its first claim, before anything is claimed. Released when the
+    /// guard drops. Only for a mailbox, whose rename lock is one directory (`tmp/`).
     fn claim_locked(&self, to: &Path) -> io::Result<ClaimLock<'_>> {
         let mut kept = self.claim_lock.lock().unwrap_or_else(|p| p.into_inner());
         if kept.is_none() {
@@ -706,27 +708,12 @@ impl Io {
     pub(crate) fn remove_second_link(&self, path: &Path) -> Result<bool> {
         self.check_poison(path)?;
         let _held = self
-            .rename_lock_for(path)
+            .claim_locked(path)
             .map_err(|e| Error::io(path, "cannot lock to remove", e))?;
         match self.stamp(path)? {
             Some(st) if st.nlink >= 2 => self.remove(path),
             _ => Ok(false),
         }
-    }
-
-    /// Opens the descriptor claims by link lock with ([`Io::link_exclusive`]), unless it is
-    /// open: a pass opens what its claims need before the first one, so that running out of
-    /// descriptors stops it before a claim, not halfway through one.
-    pub(crate) fn open_claim_lock(&self, to: &Path) -> Result<()> {
-        let mut kept = self.claim_lock.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.is_none() {
-            let dir = self.rename_lock_dir(to);
-            *kept = Some(
-                sys::dir_at(self.root().as_ref(), dir)
-                    .map_err(|e| Error::io(dir, "cannot open the rename lock", e))?,
-            );
-        }
-        Ok(())
     }
 
     /// The first step of a claim by link (spec/mailbox.md §9.10): under the rename lock, a
@@ -768,7 +755,7 @@ impl Io {
             return Ok((Linked::Unlinkable, None));
         }
         if st.nlink != 1 {
-            return Ok((Linked::Busy(st.nlink), None));
+            return Ok((Linked::Busy, None));
         }
         let linked = match self.effect(FsOp::Link { from, to }, || {
             sys::link_at((&src.0, src.1), (&dst.0, dst.1))

@@ -103,7 +103,6 @@ enum Entry {
 
 /// What a commit needs to finish a claim by link.
 struct LinkedClaim {
-    src: PathBuf,
     dest: PathBuf,
     dir: PathBuf,
     name: std::ffi::OsString,
@@ -289,7 +288,8 @@ impl Mailbox {
 
     /// Decides one claim by link: see [`Mailbox::decide_links`].
     fn decide_link(&self, l: &LinkedClaim, batch: &mut Batch) -> Result<Option<Delivery>> {
-        if let Some(other) = atomic::remove_linked_source(&self.io, &l.src, &l.dest, l.ino)? {
+        let src = l.dir.join(&l.name);
+        if let Some(other) = atomic::remove_linked_source(&self.io, &src, &l.dest, l.ino)? {
             let (_, file) = self.io.read_claimed(&other, self.opts.max_file_size)?;
             self.put_back(&other, &l.dir, &l.name, file.as_ref())?;
         }
@@ -297,7 +297,7 @@ impl Mailbox {
             Ok(r) => r,
             Err(e) => {
                 // The source is gone: the file goes back there, pending again.
-                if let Err(back) = self.io.rename_noreplace(&l.dest, &l.src) {
+                if let Err(back) = self.io.rename_noreplace(&l.dest, &src) {
                     tracing::warn!(file = ?l.dest, error = %back, "cannot undo a claim");
                 }
                 return Err(e);
@@ -308,7 +308,7 @@ impl Mailbox {
                 held: Held::Claim(signal.path.clone()),
                 signal,
                 pending: Some(l.dir.clone()),
-                undo: Undo::Claim(l.src.clone()),
+                undo: Undo::Claim(src),
             }),
             Recorded::Rejected(rej) => {
                 batch.rejected.push(rej);
@@ -453,57 +453,45 @@ impl Mailbox {
                     for d in [dest_dir, self.layout.inputs.as_path(), dir] {
                         b.open_dir(&self.io, d)?;
                     }
-                    if self.io.link_claims() {
-                        self.io.open_claim_lock(&dest)?;
-                    }
-                    let mut tries = 0;
-                    while self.io.link_claims() {
-                        tries += 1;
-                        match self.io.link_exclusive(&src, &dest)? {
-                            Linked::Done(st) => {
-                                b.claims += 1;
-                                b.note_source(&self.layout.inputs, dir);
-                                b.deliveries.push(Entry::Linked(Box::new(LinkedClaim {
-                                    src: src.clone(),
-                                    dest,
-                                    dir: dir.to_path_buf(),
-                                    name: name.to_os_string(),
-                                    extra: extra.clone(),
-                                    agent: agent.to_string(),
-                                    expected,
-                                    ino: st.ino,
-                                })));
-                                return Ok(Some(None));
-                            }
-                            Linked::SourceGone => return Ok(Some(None)),
-                            Linked::DestExists => {
-                                return self.dest_taken(
-                                    attempt,
-                                    dest_dir,
-                                    dir,
-                                    &src,
-                                    &dest,
-                                    name,
-                                    &extra,
-                                    agent,
-                                    Some(b),
-                                    pass,
-                                );
-                            }
-                            Linked::Busy(_) => {
-                                if tries > 1 || !self.busy_source(dir, name, agent, pass)? {
+                    // By link where renames are not atomic across directories (§9.10): the
+                    // claim is decided at the commit, once the link is durable.
+                    let claimed = 'claimed: {
+                        let mut tries = 0;
+                        while self.io.link_claims() {
+                            tries += 1;
+                            match self.io.link_exclusive(&src, &dest)? {
+                                Linked::Done(st) => {
+                                    b.claims += 1;
+                                    b.note_source(&self.layout.inputs, dir);
+                                    b.deliveries.push(Entry::Linked(Box::new(LinkedClaim {
+                                        dest,
+                                        dir: dir.to_path_buf(),
+                                        name: name.to_os_string(),
+                                        extra: extra.clone(),
+                                        agent: agent.to_string(),
+                                        expected,
+                                        ino: st.ino,
+                                    })));
                                     return Ok(Some(None));
                                 }
+                                Linked::SourceGone => break 'claimed Claimed::Lost,
+                                Linked::DestExists => break 'claimed Claimed::DestExists,
+                                Linked::Busy => {
+                                    if tries > 1 || !self.busy_source(dir, name, agent, pass)? {
+                                        break 'claimed Claimed::Lost;
+                                    }
+                                }
+                                Linked::Unlinkable => break,
                             }
-                            Linked::Unlinkable => break,
                         }
-                    }
-                    let annotate = || self.annotate(&dest, name, &extra, agent, expected);
-                    let claimed = atomic::claim_unsynced(&self.io, &src, &dest, annotate)?;
-                    if let Claimed::Won(_) = claimed {
-                        b.claims += 1;
-                        b.note_source(&self.layout.inputs, dir);
-                    }
+                        let annotate = || self.annotate(&dest, name, &extra, agent, expected);
+                        let claimed = atomic::claim_unsynced(&self.io, &src, &dest, annotate)?;
+                        if let Claimed::Won(_) = claimed {
+                            b.claims += 1;
+                            b.note_source(&self.layout.inputs, dir);
+                        }
+                        claimed
+                    };
                     (claimed, Some(dir.to_path_buf()))
                 }
                 None => {

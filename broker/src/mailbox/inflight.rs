@@ -119,9 +119,7 @@ impl Mailbox {
         for e in self.io.list(dir, true)? {
             if name::classify(&e.name) != name::NameKind::InProgress {
                 entries.push(e.name);
-            } else if atomic::is_stage_name(&e.name)
-                && e.name.to_str().is_some_and(|n| n.ends_with(".claim.tmp"))
-            {
+            } else if atomic::is_claim_twin(&e.name) {
                 twins.push(e.name);
             }
         }

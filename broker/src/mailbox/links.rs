@@ -77,18 +77,11 @@ impl Mailbox {
                 .stamp(p)?
                 .is_some_and(|o| (o.dev, o.ino) == (st.dev, st.ino)))
         };
-        // Beside it, the source name a claim by link moved aside to remove it (§9.10) and did
-        // not unlink before a crash (or has not yet): that name goes.
-        for twin in self.claim_twins(dir)? {
+        // Beside it: the source name a claim by link moved aside to remove it (§9.10) and did
+        // not unlink before a crash (or has not yet), or a send's staging name: that name goes.
+        for twin in self.twins_beside(dir, name)? {
             if same(&twin)? {
                 return Ok(Some((twin, Resolved::There, here)));
-            }
-        }
-        if dir == self.layout.inputs {
-            for stage in self.staging_twins(name)? {
-                if same(&stage)? {
-                    return Ok(Some((stage, Resolved::There, here)));
-                }
             }
         }
         // In processed/: an archive, or (an earlier version's) claim straight into processed/,
@@ -160,37 +153,27 @@ impl Mailbox {
         Ok(Some(read))
     }
 
-    /// The names in `dir` that a claim by link moved a source to (`.<pid>.<16 hex>.claim.tmp`,
-    /// §9.10). Listed only for a file with a second link.
-    fn claim_twins(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+    /// The staging names in `dir` that may be a second link of `dir/name`, from one listing:
+    /// every source a claim by link moved aside (`.<pid>.<16 hex>.claim.tmp`, §9.10), and in
+    /// `inputs/`, the names a send of the canonical `name` staged under (`.<pid>.<the last 16
+    /// hex of its unique part>.send.tmp`, any pid). Listed only for a file with a second link.
+    fn twins_beside(&self, dir: &Path, name: &OsStr) -> Result<Vec<PathBuf>> {
+        let send_tail = (dir == self.layout.inputs)
+            .then(|| name.to_str().and_then(name::parse_canonical))
+            .flatten()
+            .map(|c| format!(".{}.send.tmp", &c.unique[16..]));
         Ok(self
             .io
             .list(dir, true)?
             .into_iter()
             .filter(|e| {
-                atomic::is_stage_name(&e.name)
-                    && e.name.to_str().is_some_and(|n| n.ends_with(".claim.tmp"))
+                atomic::is_claim_twin(&e.name)
+                    || send_tail.as_ref().is_some_and(|tail| {
+                        atomic::is_stage_name(&e.name)
+                            && e.name.to_str().is_some_and(|n| n.ends_with(tail))
+                    })
             })
             .map(|e| dir.join(e.name))
-            .collect())
-    }
-
-    /// The staging names in `inputs/` a send of the canonical `name` used: `.<pid>.<the last 16
-    /// hex of its unique part>.send.tmp`, any pid.
-    fn staging_twins(&self, name: &OsStr) -> Result<Vec<PathBuf>> {
-        let Some(c) = name.to_str().and_then(name::parse_canonical) else {
-            return Ok(Vec::new());
-        };
-        let tail = format!(".{}.send.tmp", &c.unique[16..]);
-        Ok(self
-            .io
-            .list(&self.layout.inputs, false)?
-            .into_iter()
-            .filter(|e| {
-                atomic::is_stage_name(&e.name)
-                    && e.name.to_str().is_some_and(|n| n.ends_with(&tail))
-            })
-            .map(|e| self.layout.inputs.join(e.name))
             .collect())
     }
 

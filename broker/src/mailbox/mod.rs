@@ -355,7 +355,7 @@ impl Mailbox {
                 let p = dir.join(&e.name);
                 // A source a claim by link moved aside (§9.10) goes only as a second link: alone,
                 // it is a file that took a claimed name, quarantined by the slot's next owner.
-                let twin = e.name.to_str().is_some_and(|n| n.ends_with(".claim.tmp"));
+                let twin = atomic::is_claim_twin(&e.name);
                 if stale(&p)?
                     && if twin {
                         self.io.remove_second_link(&p)?
