@@ -543,6 +543,8 @@ pub(crate) enum Handled<'a> {
     Archived(Archived, &'a [String]),
     /// A claim whose consumer died before handing it over, delivered again: the count.
     Redelivered(u32),
+    /// Taken by a bridge and published to other hosts (spec/bridge.md).
+    Exported,
 }
 
 impl Handled<'_> {
@@ -552,6 +554,7 @@ impl Handled<'_> {
             Handled::Delivered => "delivered",
             Handled::Archived(..) => "broadcast archived",
             Handled::Redelivered(_) => "redelivered",
+            Handled::Exported => "exported",
         };
         let mut extra = Map::new();
         extra.insert(
@@ -572,7 +575,7 @@ impl Handled<'_> {
                     block.insert(key::REDELIVERY.into(), json!(n));
                 }
             }
-            Handled::Delivered => {}
+            Handled::Delivered | Handled::Exported => {}
         }
         extra
     }
@@ -586,7 +589,7 @@ pub struct Handling {
     pub handled_by: Option<String>,
     /// When (RFC 3339).
     pub handled_at: Option<String>,
-    /// What was done: `delivered`, `broadcast archived`.
+    /// What was done: `delivered`, `redelivered`, `broadcast archived`, `exported`.
     pub action_taken: Option<String>,
     /// For an archived broadcast: `delivered` or `partial`.
     pub delivery_status: Option<String>,

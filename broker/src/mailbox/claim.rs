@@ -855,7 +855,7 @@ impl Mailbox {
 
     /// True when the move of the dropped `item` to `moved` took another file than the one the
     /// scan read (its name used again meanwhile): then it is put back, and settles.
-    fn moved_another(&self, moved: &Path, item: &Item) -> Result<bool> {
+    pub(super) fn moved_another(&self, moved: &Path, item: &Item) -> Result<bool> {
         let Some(seen) = item.seen else {
             return Ok(false);
         };

@@ -51,7 +51,7 @@ impl Mailbox {
     }
 
     /// The routable items of `inputs/` and of every agent's buffer (with the agent's name).
-    fn pending_items(&self) -> Result<Vec<Listed>> {
+    pub(super) fn pending_items(&self) -> Result<Vec<Listed>> {
         let now = SystemTime::now();
         let inputs = &self.layout.inputs;
         let scan = self.scan(inputs, Source::Inputs, &|_| true, now)?;

@@ -40,6 +40,15 @@ pub(crate) struct Layout {
     pub(crate) tmp: PathBuf,
     /// `agents/<agent>.lock`: presence.
     pub(crate) agents: PathBuf,
+    /// `bridge/`: a bridge's state, when one joins this mailbox to others (spec/bridge.md);
+    /// not part of [`LAYOUT`]: the bridge makes it.
+    pub(crate) bridge: PathBuf,
+    /// `bridge/outbox/`: signals taken for export, not yet acknowledged by the server.
+    pub(crate) outbox: PathBuf,
+    /// `bridge/sent/`: signals exported, with their records.
+    pub(crate) sent: PathBuf,
+    /// `bridge/broadcasts/`: a marker per pending broadcast exported.
+    pub(crate) broadcasts: PathBuf,
 }
 
 impl Layout {
@@ -55,7 +64,12 @@ impl Layout {
             tmp,
             agents,
         ] = LAYOUT.map(|d| root.join(d));
+        let bridge = root.join("bridge");
         Layout {
+            outbox: bridge.join("outbox"),
+            sent: bridge.join("sent"),
+            broadcasts: bridge.join("broadcasts"),
+            bridge,
             root: root.to_path_buf(),
             inputs,
             claimed,

@@ -101,7 +101,32 @@ impl Mailbox {
         {
             return Ok(Some((source, Resolved::There, here)));
         }
+        // In the bridge's outbox, with its source (inputs/ or a buffer): the move out for
+        // export reached the outbox, the source goes; with bridge/sent/<name>: the record of
+        // its export was made, the outbox's link goes (spec/bridge.md).
+        if dir == self.layout.outbox {
+            let sent = self.layout.sent.join(name);
+            if same(&sent)? {
+                return Ok(Some((here, Resolved::Here, sent)));
+            }
+            let mut sources = vec![source];
+            sources.extend(
+                self.io
+                    .list(&self.layout.buffered, true)?
+                    .into_iter()
+                    .filter(|e| e.kind == EntryKind::Dir)
+                    .map(|e| self.layout.buffered.join(e.name).join(name)),
+            );
+            for src in sources {
+                if same(&src)? {
+                    return Ok(Some((src, Resolved::There, here)));
+                }
+            }
+            return Ok(None);
+        }
         let mut later: Vec<PathBuf> = Vec::new();
+        // From inputs/ or a buffer into the bridge's outbox: the source goes.
+        later.push(self.layout.outbox.join(name));
         let agents: Vec<String> = if dir == self.layout.inputs {
             self.io
                 .list(&self.layout.buffered, true)?

@@ -15,7 +15,9 @@
 //! | `presence.rs` | presence locks | §7 |
 //! | `quarantine.rs` | moving invalid files aside | §8 |
 //! | `inspect.rs` | read-only views for `ls`, `log`, `doctor` | §3.4 |
+//! | `bridge.rs` | export to and import from other hosts | spec/bridge.md |
 
+mod bridge;
 mod broadcast;
 mod claim;
 mod identity;
@@ -39,6 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 
+pub use bridge::{BRIDGED, Imported, Outgoing};
 pub use layout::LAYOUT;
 pub(crate) use layout::{Layout, NAME_MAX};
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};

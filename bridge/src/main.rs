@@ -1,0 +1,106 @@
+//! `sigbox-bridge`: joins the mailbox at a root to a NATS JetStream stream, so that mailboxes
+//! on several hosts behave as one (spec/bridge.md). `sigbox bridge` runs it.
+//!
+//! - `run.rs`: the long-running bridge: export, import, presence, state.
+//! - `names.rs`: streams, subjects and consumers, named once.
+//! - `status.rs`: `sigbox bridge status`.
+
+mod names;
+mod run;
+mod status;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use sigbox_client::{parse_duration, parse_settle};
+
+/// Joins the mailbox at --root to a NATS JetStream server, so that mailboxes on several hosts
+/// behave as one: signals no agent here can take are published to the stream; signals for
+/// the agents present here (and broadcasts, and the orchestrator's signals where it runs) are
+/// written into this mailbox. See spec/bridge.md.
+#[derive(Parser, Debug)]
+#[command(
+    name = "sigbox bridge",
+    version,
+    after_help = "Examples:\n  sigbox bridge --nats nats://10.0.0.5:4222 --root /srv/signals --mailbox pipeline\n  sigbox bridge --root /srv/signals status"
+)]
+pub(crate) struct Cli {
+    /// The mailbox root.
+    #[arg(long, env = "SIGBOX_ROOT", default_value = "signals", global = true)]
+    pub(crate) root: PathBuf,
+    /// The NATS server (or several, comma-separated), e.g. nats://127.0.0.1:4222.
+    #[arg(long, env = "SIGBOX_NATS", global = true)]
+    pub(crate) nats: Option<String>,
+    /// The mailbox's name in the stream: bridges with the same name form one mailbox.
+    #[arg(long, env = "SIGBOX_MAILBOX", default_value = "default", global = true)]
+    pub(crate) mailbox: String,
+    /// This host's name among the bridges (default: the system's host name).
+    #[arg(long, env = "SIGBOX_HOST")]
+    pub(crate) host: Option<String>,
+    /// Replicas of the streams when this bridge creates them (1, or 3 on a three-node cluster).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) replicas: usize,
+    /// How long the server waits for an import's acknowledgement before delivering it again.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) ack_wait: Duration,
+    /// The stream's de-duplication window (by signal id) when this bridge creates it.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub(crate) dedup_window: Duration,
+    /// How long broadcasts stay in the stream for hosts that join later.
+    #[arg(long, default_value = "168h", value_parser = parse_duration)]
+    pub(crate) broadcast_age: Duration,
+    /// The settle window for files written in place (as every sigbox command takes it).
+    #[arg(long, env = "SIGBOX_SETTLE", default_value = "2s", value_parser = parse_settle, global = true)]
+    pub(crate) settle: Duration,
+    /// More logging on stderr (-v: progress, -vv: every signal). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub(crate) verbose: u8,
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Shows this host's bridge (running, counts, outbox) and, with a server, every host's
+    /// presence and the lag of each consumer.
+    Status {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let result = match &cli.command {
+        Some(Command::Status { json }) => status::run(&cli, *json),
+        None => run::run(&cli),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sigbox bridge: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Logging on stderr: `-v` and `RUST_LOG` choose how much.
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.is_empty() => EnvFilter::new(v),
+        _ => EnvFilter::new(match verbose {
+            0 => "warn",
+            1 => "info",
+            _ => "debug",
+        }),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,528 @@
+//! The long-running bridge (spec/bridge.md §3): one exporter, one importer per consumer this
+//! host pulls from (an agent present here, the orchestrator where it runs, this host's
+//! broadcasts), a presence watcher that starts and stops importers, and the state writer.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use async_nats::HeaderMap;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+use async_nats::jetstream::kv;
+use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
+use async_nats::jetstream::{self, AckKind, Context};
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+use sigbox::{Imported, Mailbox, MailboxOptions, Outgoing};
+use tokio::task::JoinHandle;
+
+use crate::Cli;
+use crate::names::{self, Names, header};
+
+/// How many signals one export round takes and publishes before waiting for their acks.
+const EXPORT_BATCH: usize = 256;
+/// How long the exporter sleeps when nothing was waiting.
+const EXPORT_IDLE: Duration = Duration::from_millis(20);
+/// How often presence is looked at.
+const PRESENCE_EVERY: Duration = Duration::from_millis(100);
+/// How often the state file and this host's entry in the bucket are written.
+const STATE_EVERY: Duration = Duration::from_secs(1);
+/// How long a failed step waits before it is tried again.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// What the bridge counts, for `status` and `doctor`.
+#[derive(Default)]
+struct Counters {
+    exported: AtomicU64,
+    exported_broadcasts: AtomicU64,
+    duplicates_published: AtomicU64,
+    imported: AtomicU64,
+    already_here: AtomicU64,
+    own_broadcasts: AtomicU64,
+    refused: AtomicU64,
+    errors: AtomicU64,
+    connected: AtomicBool,
+    last_error: Mutex<Option<String>>,
+    present: Mutex<Vec<String>>,
+}
+
+impl Counters {
+    fn error(&self, what: &str, e: &dyn std::fmt::Display) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let msg = format!("{what}: {e}");
+        tracing::warn!("{msg}");
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg);
+    }
+}
+
+/// Everything the tasks share.
+struct Bridge {
+    mb: Arc<Mailbox>,
+    names: Names,
+    host: String,
+    nats: String,
+    ack_wait: Duration,
+    counts: Counters,
+    started: String,
+    stop: AtomicBool,
+}
+
+/// Runs the bridge until SIGINT or SIGTERM.
+pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
+    let Some(url) = cli.nats.clone() else {
+        bail!("--nats URL is needed (or SIGBOX_NATS): the NATS server to join");
+    };
+    let names = Names::new(&cli.mailbox)?;
+    let host = names::host_name(cli.host.as_deref())?;
+    let mut opts = MailboxOptions::new();
+    opts.settle(cli.settle);
+    let mb = opts.open(&cli.root)?;
+    let Some(_lock) = mb.bridge_lock()? else {
+        bail!(
+            "{}: another bridge runs on this root (it holds the lock on bridge/)",
+            mb.bridge_dir().display()
+        );
+    };
+    let bridge = Arc::new(Bridge {
+        mb: Arc::new(mb),
+        names,
+        host,
+        nats: url,
+        ack_wait: cli.ack_wait,
+        counts: Counters::default(),
+        started: chrono::Utc::now().to_rfc3339(),
+        stop: AtomicBool::new(false),
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(serve(bridge.clone(), cli))?;
+    // The last state, written with the lock still held: not running from here on.
+    write_state(&bridge, false);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(b: Arc<Bridge>, cli: &Cli) -> Result<()> {
+    tracing::info!(host = %b.host, mailbox = %cli.mailbox, nats = %b.nats, root = ?b.mb.root(), "bridge starting");
+    let client = loop {
+        match async_nats::ConnectOptions::new()
+            .name(format!("sigbox-bridge {}", b.host))
+            .connect(b.nats.as_str())
+            .await
+        {
+            Ok(c) => break c,
+            Err(e) => {
+                b.counts.error("cannot connect to the NATS server", &e);
+                write_state(&b, true);
+                if wait_or_stop(RETRY * 4).await {
+                    return Ok(());
+                }
+            }
+        }
+    };
+    let js = jetstream::new(client);
+    let (work, all, hosts) = loop {
+        match setup(&js, &b.names, cli).await {
+            Ok(s) => break s,
+            Err(e) => {
+                b.counts
+                    .error("cannot set up the streams", &format!("{e:#}"));
+                if wait_or_stop(RETRY * 4).await {
+                    return Ok(());
+                }
+            }
+        }
+    };
+    b.counts.connected.store(true, Ordering::Relaxed);
+    tracing::info!(host = %b.host, "bridge running");
+    let mut tasks: Vec<JoinHandle<()>> = vec![
+        tokio::spawn(export_loop(b.clone(), js.clone())),
+        tokio::spawn(import_loop(
+            b.clone(),
+            all.clone(),
+            names::host_consumer(&b.host),
+            b.names.broadcast_subject(),
+            true,
+        )),
+        tokio::spawn(state_loop(b.clone(), hosts)),
+    ];
+    tasks.push(tokio::spawn(presence_loop(b.clone(), work)));
+    shutdown_signal().await;
+    tracing::info!("stopping");
+    b.stop.store(true, Ordering::Relaxed);
+    // The exporter finishes the round it is in (what it published is marked exported), the
+    // others stop where they are: what they had not acknowledged comes again.
+    let exporter = tasks.remove(0);
+    let _ = tokio::time::timeout(Duration::from_secs(10), exporter).await;
+    for t in tasks {
+        t.abort();
+    }
+    Ok(())
+}
+
+/// Creates what is missing on the server: the two streams and the hosts bucket.
+async fn setup(
+    js: &Context,
+    names: &Names,
+    cli: &Cli,
+) -> Result<(stream::Stream, stream::Stream, kv::Store)> {
+    let work = js
+        .get_or_create_stream(stream::Config {
+            name: names.work_stream(),
+            subjects: names.work_subjects(),
+            retention: RetentionPolicy::WorkQueue,
+            storage: StorageType::File,
+            num_replicas: cli.replicas,
+            duplicate_window: cli.dedup_window,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| anyhow!("stream {}: {e}", names.work_stream()))?;
+    let all = js
+        .get_or_create_stream(stream::Config {
+            name: names.broadcast_stream(),
+            subjects: vec![names.broadcast_subject()],
+            retention: RetentionPolicy::Limits,
+            storage: StorageType::File,
+            num_replicas: cli.replicas,
+            max_age: cli.broadcast_age,
+            duplicate_window: cli.dedup_window.min(cli.broadcast_age),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| anyhow!("stream {}: {e}", names.broadcast_stream()))?;
+    let hosts = match js.get_key_value(names.hosts_bucket()).await {
+        Ok(s) => s,
+        Err(_) => js
+            .create_key_value(kv::Config {
+                bucket: names.hosts_bucket(),
+                history: 1,
+                storage: StorageType::File,
+                num_replicas: cli.replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| anyhow!("bucket {}: {e}", names.hosts_bucket()))?,
+    };
+    Ok((work, all, hosts))
+}
+
+/// Takes what no agent here can take and publishes it; marks each exported once the server
+/// acknowledged it.
+async fn export_loop(b: Arc<Bridge>, js: Context) {
+    while !b.stop.load(Ordering::Relaxed) {
+        match export_round(&b, &js).await {
+            Ok(0) => tokio::time::sleep(EXPORT_IDLE).await,
+            Ok(_) => {}
+            Err(e) => {
+                b.counts.error("export", &format!("{e:#}"));
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}
+
+/// One round: what the outbox holds (a round that failed, or a bridge that stopped), then
+/// what is newly pending. Publishes them all, then waits for each acknowledgement in order.
+async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
+    let mb = b.mb.clone();
+    let host = b.host.clone();
+    let out: Vec<Outgoing> = tokio::task::spawn_blocking(move || -> sigbox::Result<_> {
+        let mut out = mb.bridge_outbox(&host)?;
+        if out.len() < EXPORT_BATCH {
+            out.extend(mb.bridge_take(&host, EXPORT_BATCH - out.len())?);
+        }
+        Ok(out)
+    })
+    .await??;
+    if out.is_empty() {
+        return Ok(0);
+    }
+    let mut acks = Vec::with_capacity(out.len());
+    for o in &out {
+        let mut headers = HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, o.msg_id.as_str());
+        headers.insert(header::NAME, o.file_name.as_str());
+        headers.insert(header::HOST, b.host.as_str());
+        headers.insert(header::ID, o.id.as_str());
+        let subject = b.names.subject_for(o.signal_type, &o.target);
+        let ack = js
+            .publish_with_headers(subject, headers, o.body.clone().into())
+            .await
+            .map_err(|e| anyhow!("cannot publish {}: {e}", o.id))?;
+        acks.push(ack);
+    }
+    let n = out.len();
+    for (o, ack) in out.into_iter().zip(acks) {
+        // Stop at the first that failed: it and those after it stay where they are and are
+        // published again (the stream drops the copies it already has, by id).
+        let ack = ack
+            .await
+            .map_err(|e| anyhow!("no acknowledgement for {}: {e}", o.id))?;
+        if ack.duplicate {
+            b.counts
+                .duplicates_published
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let record = serde_json::Map::from_iter([(
+            "exported".to_string(),
+            json!({"stream": ack.stream, "seq": ack.sequence, "duplicate": ack.duplicate}),
+        )]);
+        let mb = b.mb.clone();
+        let host = b.host.clone();
+        let broadcast = o.is_broadcast();
+        let id = o.id.clone();
+        tokio::task::spawn_blocking(move || mb.bridge_exported(&o, &host, record)).await??;
+        tracing::debug!(%id, seq = ack.sequence, "exported");
+        if broadcast {
+            b.counts.exported_broadcasts.fetch_add(1, Ordering::Relaxed);
+        } else {
+            b.counts.exported.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(n)
+}
+
+/// Starts an importer for each agent present here (and for the orchestrator's signals where
+/// it runs), and stops it when the agent leaves.
+async fn presence_loop(b: Arc<Bridge>, work: stream::Stream) {
+    let mut running: HashMap<String, JoinHandle<()>> = HashMap::new();
+    loop {
+        let mb = b.mb.clone();
+        let present = match tokio::task::spawn_blocking(move || mb.agents_present()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                b.counts.error("presence", &e);
+                Vec::new()
+            }
+            Err(e) => {
+                b.counts.error("presence", &e);
+                Vec::new()
+            }
+        };
+        let mut wanted: HashMap<String, String> = present
+            .iter()
+            .map(|a| (names::agent_consumer(a), b.names.agent_subject(a)))
+            .collect();
+        if present.iter().any(|a| a == b.mb.orchestrator()) {
+            wanted.insert(names::ORCH_CONSUMER.to_string(), b.names.orch_subject());
+        }
+        running.retain(|consumer, task| {
+            let keep = wanted.contains_key(consumer) && !task.is_finished();
+            if !keep {
+                tracing::info!(%consumer, "agent left: importer stopped");
+                task.abort();
+            }
+            keep
+        });
+        for (consumer, subject) in wanted {
+            if !running.contains_key(&consumer) {
+                tracing::info!(%consumer, "agent present: importer started");
+                let t = tokio::spawn(import_loop(
+                    b.clone(),
+                    work.clone(),
+                    consumer.clone(),
+                    subject,
+                    false,
+                ));
+                running.insert(consumer, t);
+            }
+        }
+        *b.counts.present.lock().unwrap_or_else(|e| e.into_inner()) = present;
+        tokio::time::sleep(PRESENCE_EVERY).await;
+    }
+}
+
+/// Pulls from one durable consumer and writes each signal into the mailbox, then
+/// acknowledges it and waits for the server to confirm the acknowledgement. One signal at a
+/// time (`max_ack_pending` 1): after a crash the signal that was not acknowledged comes
+/// again before any later one, so each producer's order holds.
+async fn import_loop(
+    b: Arc<Bridge>,
+    stream: stream::Stream,
+    consumer: String,
+    subject: String,
+    broadcasts: bool,
+) {
+    loop {
+        if let Err(e) = import_from(&b, &stream, &consumer, &subject, broadcasts).await {
+            b.counts
+                .error(&format!("import from {consumer}"), &format!("{e:#}"));
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+}
+
+async fn import_from(
+    b: &Arc<Bridge>,
+    stream: &stream::Stream,
+    consumer: &str,
+    subject: &str,
+    broadcasts: bool,
+) -> Result<()> {
+    let c: async_nats::jetstream::consumer::PullConsumer = stream
+        .get_or_create_consumer(
+            consumer,
+            pull::Config {
+                durable_name: Some(consumer.to_string()),
+                filter_subject: subject.to_string(),
+                ack_policy: AckPolicy::Explicit,
+                ack_wait: b.ack_wait,
+                deliver_policy: DeliverPolicy::All,
+                max_ack_pending: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+    let mut messages = c
+        .messages()
+        .await
+        .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+    while let Some(m) = messages.next().await {
+        let m = m.map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+        import_one(b, &m, broadcasts).await?;
+    }
+    Ok(())
+}
+
+/// One signal from the stream: written (or found here already), then acknowledged; refused
+/// for good when it is not a signal; left unacknowledged on a local error, to come again.
+async fn import_one(b: &Arc<Bridge>, m: &jetstream::Message, broadcasts: bool) -> Result<()> {
+    let get = |h: &str| -> Option<String> {
+        m.headers
+            .as_ref()
+            .and_then(|hs| hs.get(h))
+            .map(|v| v.as_str().to_string())
+    };
+    let from = get(header::HOST).unwrap_or_default();
+    if broadcasts && from == b.host {
+        // This host's own broadcast: its agents have it from inputs/ already.
+        b.counts.own_broadcasts.fetch_add(1, Ordering::Relaxed);
+        return double_ack(m).await;
+    }
+    let Some(name) = get(header::NAME) else {
+        b.counts.refused.fetch_add(1, Ordering::Relaxed);
+        b.counts.error(
+            "import",
+            &format!(
+                "a message on {} without a {} header: dropped",
+                m.subject,
+                header::NAME
+            ),
+        );
+        m.ack_with(AckKind::Term)
+            .await
+            .map_err(|e| anyhow!("cannot acknowledge: {e}"))?;
+        return Ok(());
+    };
+    let mb = b.mb.clone();
+    let payload = m.payload.clone();
+    let n = name.clone();
+    let imported = tokio::task::spawn_blocking(move || mb.bridge_import(&n, &payload)).await?;
+    match imported {
+        Ok(Imported::Written) => {
+            tracing::debug!(%name, %from, "imported");
+            b.counts.imported.fetch_add(1, Ordering::Relaxed);
+            double_ack(m).await
+        }
+        Ok(Imported::Here) => {
+            tracing::debug!(%name, %from, "already here");
+            b.counts.already_here.fetch_add(1, Ordering::Relaxed);
+            double_ack(m).await
+        }
+        Ok(Imported::Refused(why)) => {
+            b.counts.refused.fetch_add(1, Ordering::Relaxed);
+            b.counts
+                .error("import", &format!("{name} from {from} refused: {why}"));
+            m.ack_with(AckKind::Term)
+                .await
+                .map_err(|e| anyhow!("cannot acknowledge: {e}"))
+        }
+        Err(e) => {
+            // Nothing written: the server delivers it again after a pause.
+            let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
+            Err(anyhow!("{name}: {e}"))
+        }
+    }
+}
+
+async fn double_ack(m: &jetstream::Message) -> Result<()> {
+    m.double_ack()
+        .await
+        .map_err(|e| anyhow!("acknowledgement not confirmed: {e}"))
+}
+
+/// Writes `bridge/state.json` and this host's entry in the hosts bucket every second.
+async fn state_loop(b: Arc<Bridge>, hosts: kv::Store) {
+    loop {
+        let state = write_state(&b, true);
+        let bytes = serde_json::to_vec(&state).unwrap_or_default();
+        if let Err(e) = hosts.put(&b.host, bytes.into()).await {
+            b.counts.error("cannot record this host in the bucket", &e);
+        }
+        tokio::time::sleep(STATE_EVERY).await;
+    }
+}
+
+/// This host's state, written to `bridge/state.json`; returned.
+fn write_state(b: &Bridge, running: bool) -> Value {
+    let c = &b.counts;
+    let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let (outbox, sent) = b.mb.bridge_counts().unwrap_or_default();
+    let state = json!({
+        "host": b.host,
+        "nats": b.nats,
+        "pid": std::process::id(),
+        "running": running,
+        "connected": c.connected.load(Ordering::Relaxed),
+        "started_at": b.started,
+        "updated_at": chrono::Utc::now().to_rfc3339(),
+        "present": *c.present.lock().unwrap_or_else(|e| e.into_inner()),
+        "exported": n(&c.exported),
+        "exported_broadcasts": n(&c.exported_broadcasts),
+        "duplicates_published": n(&c.duplicates_published),
+        "imported": n(&c.imported),
+        "already_here": n(&c.already_here),
+        "own_broadcasts": n(&c.own_broadcasts),
+        "refused": n(&c.refused),
+        "errors": n(&c.errors),
+        "last_error": *c.last_error.lock().unwrap_or_else(|e| e.into_inner()),
+        "outbox": outbox,
+        "sent": sent,
+    });
+    let mut bytes = serde_json::to_vec_pretty(&state).unwrap_or_default();
+    bytes.push(b'\n');
+    if let Err(e) = b.mb.bridge_write_state(&bytes) {
+        tracing::warn!("cannot write the bridge's state: {e}");
+    }
+    state
+}
+
+/// Sleeps `d`; true when a stop was asked for meanwhile.
+async fn wait_or_stop(d: Duration) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(d) => false,
+        () = shutdown_signal() => true,
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

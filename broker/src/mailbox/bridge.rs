@@ -1,0 +1,554 @@
+//! What a bridge joining mailboxes on several hosts needs from one mailbox (spec/bridge.md):
+//! taking a pending signal out for export, recording it exported once the other side has it,
+//! and writing a signal from another host into `inputs/`. The network side is the
+//! `sigbox-bridge` program; everything here is local files.
+//!
+//! | path | role |
+//! |---|---|
+//! | `R/bridge/outbox/` | signals taken for export, not yet acknowledged by the server |
+//! | `R/bridge/sent/` | signals exported, each annotated `action_taken: exported` |
+//! | `R/bridge/broadcasts/<16 hex>` | a pending broadcast exported (broadcasts stay in `inputs/`) |
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+
+use super::layout::fnv1a;
+use super::report::Pass;
+use super::route::{Item, Source};
+use super::{HANDLING_ROOM, Mailbox, identity, lossy};
+use crate::atomic::{self, Claimed, Clobber, Placed};
+use crate::body::{self, Handled};
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::ReadOutcome;
+use crate::name;
+use crate::signal::{SignalType, Target};
+
+/// The bridge's state file in `bridge/`.
+const STATE_FILE: &str = "state.json";
+
+/// The field an imported signal carries: `{"from": <host>, "hops": n, "id": <its id there>}`.
+pub const BRIDGED: &str = "bridged";
+
+/// A signal on its way to other hosts: what the bridge publishes.
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    /// Its identity in this mailbox.
+    pub id: String,
+    /// The name it is written under on the importing side: a canonical name (spec/mailbox.md
+    /// §2.1), its own when it has one.
+    pub file_name: String,
+    /// The de-duplication id in the stream: the canonical name's stem, with `~<hops>` when
+    /// the signal crosses again from a host that had imported it.
+    pub msg_id: String,
+    /// Its type.
+    pub signal_type: SignalType,
+    /// Its target.
+    pub target: Target,
+    /// Its FIFO instant, in nanoseconds since the Unix epoch.
+    pub instant: i128,
+    /// The body written on the importing side (JSON): every field it had, its `id` the
+    /// canonical stem, and [`BRIDGED`].
+    pub body: Vec<u8>,
+    /// Where it is held until exported.
+    held: Held,
+}
+
+#[derive(Clone, Debug)]
+enum Held {
+    /// In `bridge/outbox/`, under this name.
+    Outbox(std::ffi::OsString),
+    /// A broadcast: stays in `inputs/` for the agents here.
+    Broadcast,
+}
+
+impl Outgoing {
+    /// True for a broadcast, which stays pending here while it is exported.
+    pub fn is_broadcast(&self) -> bool {
+        matches!(self.held, Held::Broadcast)
+    }
+}
+
+/// What [`Mailbox::bridge_import`] did with a signal from another host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Imported {
+    /// Written into `inputs/`, durably.
+    Written,
+    /// Already here (pending, buffered, in flight, processed, quarantined or on its way out):
+    /// nothing written. A redelivery from the stream ends here.
+    Here,
+    /// Not a signal this mailbox accepts, with the reason: nothing written.
+    Refused(String),
+}
+
+impl Mailbox {
+    /// `bridge/`: the bridge's state beside the mailbox.
+    pub fn bridge_dir(&self) -> &Path {
+        &self.layout.bridge
+    }
+
+    /// Makes `bridge/` (durably) and takes the bridge's lock on it without waiting: `None`
+    /// when another bridge runs on this root. The lock lasts as long as the returned file.
+    pub fn bridge_lock(&self) -> Result<Option<std::fs::File>> {
+        self.io
+            .create_dir_all_synced(&self.layout.bridge, Some(&self.layout.root))?;
+        self.io.lock_dir(&self.layout.bridge)
+    }
+
+    /// True when a bridge holds `bridge/`'s lock: one runs on this root.
+    pub fn bridge_running(&self) -> Result<bool> {
+        if !self.io.is_dir(&self.layout.bridge) {
+            return Ok(false);
+        }
+        Ok(self.io.lock_dir(&self.layout.bridge)?.is_none())
+    }
+
+    /// Replaces `bridge/state.json` with `bytes`, atomically (what `sigbox bridge status`
+    /// and `doctor` read; no delivery rests on it, so it is not synced).
+    pub fn bridge_write_state(&self, bytes: &[u8]) -> Result<()> {
+        let dest = self.layout.bridge.join(STATE_FILE);
+        let stage = atomic::stage_name(&self.layout.bridge, "state");
+        atomic::write_atomic(&self.io, &stage, &dest, bytes, Clobber::Yes)?;
+        Ok(())
+    }
+
+    /// `bridge/state.json` as the bridge last wrote it; `None` when there is none.
+    pub fn bridge_state(&self) -> Result<Option<Vec<u8>>> {
+        let path = self.layout.bridge.join(STATE_FILE);
+        match self.io.read_untrusted(&path, self.opts.max_file_size)? {
+            ReadOutcome::Gone => Ok(None),
+            ReadOutcome::Bytes(bytes, _) => Ok(Some(bytes)),
+            other => Err(Error::new(
+                ErrorKind::NotRegularFile,
+                Some(&path),
+                other.rejection().unwrap_or_default(),
+            )),
+        }
+    }
+
+    /// How many signals wait in `bridge/outbox/` and how many records `bridge/sent/` holds.
+    pub fn bridge_counts(&self) -> Result<(usize, usize)> {
+        let count = |dir: &Path| -> Result<usize> {
+            Ok(self
+                .io
+                .list(dir, true)?
+                .iter()
+                .filter(|e| {
+                    !atomic::is_stage_name(&e.name) && !e.name.as_encoded_bytes().starts_with(b".")
+                })
+                .count())
+        };
+        Ok((count(&self.layout.outbox)?, count(&self.layout.sent)?))
+    }
+
+    /// The agents present on this host: every `agents/<agent>.lock` some live handle holds.
+    pub fn agents_present(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in self.io.list(&self.layout.agents, true)? {
+            let Some(agent) = e.name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            if crate::signal::valid_agent(agent) && self.is_present(agent) {
+                out.push(agent.to_string());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The orchestrator's agent name.
+    pub fn orchestrator(&self) -> &str {
+        &self.opts.orchestrator
+    }
+
+    /// What a bridge that stopped left in `bridge/outbox/` (taken, not yet acknowledged by
+    /// the server), oldest first: published again, the stream drops what it already has.
+    pub fn bridge_outbox(&self, host: &str) -> Result<Vec<Outgoing>> {
+        let outbox = &self.layout.outbox;
+        if !self.io.is_dir(outbox) {
+            return Ok(Vec::new());
+        }
+        let scan = self.scan(outbox, Source::Buffer, &|_| true, SystemTime::now())?;
+        let mut out = Vec::new();
+        for r in scan.rejects {
+            tracing::warn!(file = ?outbox.join(&r.name), reason = %r.reason, "not a signal in the bridge's outbox; quarantined");
+            self.quarantine(outbox, &r.name, &r.reason, host)?;
+        }
+        for item in scan.items {
+            if let Some(o) = self.outgoing_in_outbox(&item.name, item.instant, host)? {
+                out.push(o);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes up to `max` pending signals that no agent here can take (spec/bridge.md):
+    /// signals for an agent not present here, and for the orchestrator (no target, APPROVE,
+    /// SKIP) when it is not present here, move into `bridge/outbox/` (a claim, durable); a
+    /// broadcast not exported yet stays in `inputs/` for the agents here. Oldest first.
+    /// Signals that came from another host are taken only when their agent left: a broadcast
+    /// that came from another host is never sent back.
+    pub fn bridge_take(&self, host: &str, max: usize) -> Result<Vec<Outgoing>> {
+        let mut items: Vec<(PathBuf, Item)> = Vec::new();
+        for (dir, list, _) in self.pending_items()? {
+            items.extend(list.into_iter().map(|it| (dir.clone(), it)));
+        }
+        items.sort_by(|a, b| (a.1.instant, &a.1.name).cmp(&(b.1.instant, &b.1.name)));
+        let mut present: HashMap<String, bool> = HashMap::new();
+        let orchestrator = self.opts.orchestrator.clone();
+        let mut is_here = |agent: &str| -> bool {
+            *present
+                .entry(agent.to_string())
+                .or_insert_with(|| self.is_present(agent))
+        };
+        let mut pass = Pass::default();
+        let mut out = Vec::new();
+        for (dir, item) in items {
+            if out.len() >= max {
+                break;
+            }
+            // Unknown types wait here for an agent that takes them.
+            let Some(ty) = item.signal_type else { continue };
+            // APPROVE and SKIP are the orchestrator's whatever their target (§6).
+            let here = match &item.target {
+                _ if ty.is_approval() => is_here(&orchestrator),
+                Target::All => {
+                    if let Some(o) = self.broadcast_out(&dir, &item, host)? {
+                        out.push(o);
+                    }
+                    continue;
+                }
+                Target::None => is_here(&orchestrator),
+                Target::Agent(a) => is_here(a),
+            };
+            if here {
+                continue;
+            }
+            if let Some(name) = self.take_out(&dir, &item, &mut pass)?
+                && let Some(o) = self.outgoing_in_outbox(&name, item.instant, host)?
+            {
+                out.push(o);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records `out` exported, once the server acknowledged it: a signal moves from
+    /// `bridge/outbox/` into `bridge/sent/`, annotated `action_taken: exported` with
+    /// `record` added (a claim, durable); a broadcast gets its marker in
+    /// `bridge/broadcasts/`, durably.
+    pub fn bridge_exported(
+        &self,
+        out: &Outgoing,
+        host: &str,
+        record: Map<String, Value>,
+    ) -> Result<()> {
+        match &out.held {
+            Held::Broadcast => {
+                self.io
+                    .create_dir_all_synced(&self.layout.broadcasts, Some(&self.layout.root))?;
+                let marker = self.layout.broadcasts.join(Self::broadcast_marker(&out.id));
+                let stage = atomic::stage_name(&self.layout.broadcasts, "export");
+                let line = format!("{}\n", out.id);
+                atomic::write_atomic(&self.io, &stage, &marker, line.as_bytes(), Clobber::No)?;
+                Ok(())
+            }
+            Held::Outbox(name) => {
+                self.io
+                    .create_dir_all_synced(&self.layout.sent, Some(&self.layout.root))?;
+                let mut extra = Handled::Exported.fields(host);
+                extra.extend(record);
+                let mut scratch = Pass::default();
+                let outbox = self.layout.outbox.clone();
+                self.claim_into(
+                    &self.layout.sent,
+                    &outbox,
+                    name,
+                    host,
+                    extra,
+                    &mut scratch,
+                    None,
+                    None,
+                )?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes a signal from another host into `inputs/` under `file_name` (a canonical name,
+    /// spec/mailbox.md §2.1) with `body` (JSON whose `id` is the name's stem), durably and
+    /// without replacing anything. A signal already here, anywhere in its life (pending,
+    /// buffered, in flight, processed, quarantined, on its way out again), is not written
+    /// again: the places are looked at in the order a signal moves through them, so one that
+    /// moves on meanwhile is found further on.
+    pub fn bridge_import(&self, file_name: &str, body: &[u8]) -> Result<Imported> {
+        let Some(canon) = name::parse_canonical(file_name) else {
+            return Ok(Imported::Refused(format!(
+                "{file_name:?} is not a canonical signal name"
+            )));
+        };
+        if body.len() as u64 + HANDLING_ROOM > self.opts.max_file_size {
+            return Ok(Imported::Refused(format!(
+                "{} bytes, over the cap of {} bytes with room for its handling record",
+                body.len(),
+                self.opts.max_file_size - HANDLING_ROOM
+            )));
+        }
+        let dest = self.layout.inputs.join(file_name);
+        let sig = match body::read_signal(body, file_name, &dest) {
+            Ok(sig) => sig,
+            Err(reason) => return Ok(Imported::Refused(reason)),
+        };
+        if !identity::trusted(file_name, &sig.fields) {
+            return Ok(Imported::Refused(format!(
+                "its body's id is not {:?}, the name's",
+                name::signal_id(file_name)
+            )));
+        }
+        if self.known_here(file_name, &canon.target(), sig.signal_type)? {
+            return Ok(Imported::Here);
+        }
+        // Staged under a send's name, so that a second link a crash leaves is resolved as a
+        // send's (spec/mailbox.md §9.6).
+        let stage = atomic::stage_name_from(&self.layout.inputs, canon.unique, "send");
+        Ok(
+            match atomic::write_atomic(&self.io, &stage, &dest, body, Clobber::No)? {
+                Placed::Done => Imported::Written,
+                Placed::Exists => Imported::Here,
+            },
+        )
+    }
+
+    /// Whether the signal under canonical `file_name` is anywhere in this mailbox: `inputs/`,
+    /// its agent's buffer, a claim slot of its agent or of the orchestrator, `processed/`,
+    /// `rejected/`, the bridge's outbox.
+    fn known_here(&self, file_name: &str, target: &Target, ty: SignalType) -> Result<bool> {
+        let exists = |p: PathBuf| -> Result<bool> { Ok(self.io.stamp(&p)?.is_some()) };
+        if exists(self.layout.inputs.join(file_name))? {
+            return Ok(true);
+        }
+        let mut takers: Vec<&str> = Vec::new();
+        if let Target::Agent(a) = target {
+            if exists(self.layout.buffer_dir(a).join(file_name))? {
+                return Ok(true);
+            }
+            if !ty.is_approval() {
+                takers.push(a);
+            }
+        }
+        if ty.is_approval() || !matches!(target, Target::All) {
+            takers.push(&self.opts.orchestrator);
+        }
+        for agent in takers {
+            for (_, slot) in self.slots(agent)? {
+                if exists(slot.join(file_name))? {
+                    return Ok(true);
+                }
+            }
+        }
+        for dir in [
+            &self.layout.processed,
+            &self.layout.rejected,
+            &self.layout.outbox,
+        ] {
+            if exists(dir.join(file_name))? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The marker name of an exported broadcast: a hash of its id.
+    fn broadcast_marker(id: &str) -> String {
+        format!("{:016x}", fnv1a(id.as_bytes()))
+    }
+
+    /// A pending broadcast to export: `None` when exported already, when it came from another
+    /// host, or when it cannot be read now (a pass deals with it).
+    fn broadcast_out(&self, dir: &Path, item: &Item, host: &str) -> Result<Option<Outgoing>> {
+        let Some(ReadOutcome::Bytes(bytes, stamp)) = self.read_resolving(dir, &item.name)? else {
+            return Ok(None);
+        };
+        let fname = lossy(&item.name);
+        let Ok(sig) = body::read_signal(&bytes, &fname, &dir.join(&item.name)) else {
+            return Ok(None);
+        };
+        if identity::untrusted_settling(
+            &fname,
+            Some(&sig.fields),
+            &stamp,
+            self.opts.settle,
+            SystemTime::now(),
+        )
+        .is_some()
+        {
+            return Ok(None);
+        }
+        if sig.fields.contains_key(BRIDGED) {
+            return Ok(None);
+        }
+        let id = identity::identity(&fname, &sig.fields, &stamp);
+        if self
+            .io
+            .stamp(&self.layout.broadcasts.join(Self::broadcast_marker(&id)))?
+            .is_some()
+        {
+            return Ok(None);
+        }
+        Ok(Some(outgoing(
+            id,
+            &fname,
+            sig,
+            item.instant,
+            host,
+            Held::Broadcast,
+        )?))
+    }
+
+    /// Moves a pending signal into `bridge/outbox/`, as the orchestrator moves one into a
+    /// buffer (spec/mailbox.md §9.3): its name in the outbox, or `None` when another consumer
+    /// took it first or it is not the file the scan routed.
+    fn take_out(
+        &self,
+        dir: &Path,
+        item: &Item,
+        pass: &mut Pass,
+    ) -> Result<Option<std::ffi::OsString>> {
+        let name = item.name.as_os_str();
+        if !self.may_move(dir, name, pass)? {
+            return Ok(None);
+        }
+        let outbox = &self.layout.outbox;
+        self.io
+            .create_dir_all_synced(outbox, Some(&self.layout.root))?;
+        let src = dir.join(name);
+        let taken = atomic::with_fresh_names(outbox, name, |_, dest| {
+            match atomic::claim(&self.io, &src, &dest, || Ok(()))? {
+                Claimed::Lost => Ok(Some(None)),
+                Claimed::Won(()) if self.moved_another(&dest, item)? => Ok(Some(None)),
+                Claimed::Won(()) => Ok(Some(dest.file_name().map(OsStr::to_os_string))),
+                Claimed::DestExists => {
+                    if !self.same_signal(&src, &dest)? {
+                        return Ok(None);
+                    }
+                    // An earlier move of this very signal, interrupted after the outbox side
+                    // became durable: finish it.
+                    self.io.remove(&src)?;
+                    self.io.sync_dir(dir)?;
+                    Ok(Some(dest.file_name().map(OsStr::to_os_string)))
+                }
+            }
+        })?;
+        Ok(taken.flatten())
+    }
+
+    /// The signal in `bridge/outbox/<name>`, read; one that is not a valid signal is
+    /// quarantined (`None`).
+    fn outgoing_in_outbox(
+        &self,
+        name: &OsStr,
+        instant: i128,
+        host: &str,
+    ) -> Result<Option<Outgoing>> {
+        let outbox = &self.layout.outbox;
+        let path = outbox.join(name);
+        let fname = lossy(name);
+        let reason = match self.read_resolving(outbox, name)? {
+            None | Some(ReadOutcome::Gone) => return Ok(None),
+            Some(ReadOutcome::Bytes(bytes, stamp)) => {
+                match body::read_signal(&bytes, &fname, &path) {
+                    Ok(sig) => {
+                        let id = identity::identity(&fname, &sig.fields, &stamp);
+                        let held = Held::Outbox(name.to_os_string());
+                        match outgoing(id, &fname, sig, instant, host, held) {
+                            Ok(o)
+                                if o.body.len() as u64 + HANDLING_ROOM
+                                    <= self.opts.max_file_size =>
+                            {
+                                return Ok(Some(o));
+                            }
+                            Ok(o) => format!(
+                                "{} bytes as it would cross to another host, over the cap of {} \
+                             bytes with room for its handling record",
+                                o.body.len(),
+                                self.opts.max_file_size - HANDLING_ROOM
+                            ),
+                            Err(e) => e.to_string(),
+                        }
+                    }
+                    Err(reason) => reason,
+                }
+            }
+            Some(other) => other.rejection().unwrap_or_default(),
+        };
+        tracing::warn!(file = ?path, %reason, "cannot export; quarantined");
+        self.quarantine(outbox, name, &reason, host)?;
+        Ok(None)
+    }
+}
+
+/// The signal `sig` read from `file_name` (identity `id`), as it crosses to another host.
+fn outgoing(
+    id: String,
+    file_name: &str,
+    sig: crate::signal::Signal,
+    instant: i128,
+    host: &str,
+    held: Held,
+) -> Result<Outgoing> {
+    let mut fields = sig.fields;
+    // Crossing again from a host that had imported it: one more hop, another stream id.
+    let hops = fields
+        .get(BRIDGED)
+        .and_then(|b| b.get("hops"))
+        .and_then(Value::as_u64)
+        .map_or(0, |h| h + 1);
+    let canonical = if identity::trusted(file_name, &fields) {
+        file_name.to_string()
+    } else {
+        let micros = i64::try_from(instant.div_euclid(1000)).unwrap_or(0);
+        let at: DateTime<Utc> = DateTime::from_timestamp_micros(micros).unwrap_or_default();
+        // A unique part derived from the identity: the same signal gets the same name on
+        // every host and at every attempt.
+        let unique = format!(
+            "{:016x}{:016x}",
+            fnv1a(id.as_bytes()),
+            fnv1a(format!("sigbox-bridge\0{id}").as_bytes())
+        );
+        name::canonical_name(at, &unique, sig.signal_type.as_str(), &sig.target)
+    };
+    let stem = name::signal_id(&canonical).to_string();
+    let msg_id = if hops == 0 {
+        stem.clone()
+    } else {
+        format!("{stem}~{hops}")
+    };
+    fields.insert("id".into(), json!(stem));
+    let mut bridged = json!({"from": host, "hops": hops});
+    if id != stem {
+        bridged["id"] = json!(id);
+    }
+    fields.insert(BRIDGED.into(), bridged);
+    let mut body = serde_json::to_vec_pretty(&Value::Object(fields)).map_err(|e| {
+        Error::new(
+            ErrorKind::Io,
+            None,
+            format!("cannot encode the signal: {e}"),
+        )
+    })?;
+    body.push(b'\n');
+    Ok(Outgoing {
+        id,
+        file_name: canonical,
+        msg_id,
+        signal_type: sig.signal_type,
+        target: sig.target,
+        instant,
+        body,
+        held,
+    })
+}
