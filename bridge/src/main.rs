@@ -39,6 +39,10 @@ pub(crate) struct Cli {
     /// This host's name among the bridges (default: the system's host name).
     #[arg(long, env = "SIGBOX_HOST")]
     pub(crate) host: Option<String>,
+    /// How long an agent that took its presence here (a poll, a wait, a hook) stays this
+    /// host's after its handle ends, unless it is present on another host meanwhile.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub(crate) linger: Duration,
     /// Replicas of the streams when this bridge creates them (1, or 3 on a three-node cluster).
     #[arg(long, default_value_t = 1)]
     pub(crate) replicas: usize,

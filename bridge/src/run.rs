@@ -2,7 +2,7 @@
 //! host pulls from (an agent present here, the orchestrator where it runs, this host's
 //! broadcasts), a presence watcher that starts and stops importers, and the state writer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,6 +50,20 @@ struct Counters {
 }
 
 impl Counters {
+    /// The counts that run on across restarts, by their name in the state file.
+    fn cumulative(&self) -> [(&'static str, &AtomicU64); 8] {
+        [
+            ("exported", &self.exported),
+            ("exported_broadcasts", &self.exported_broadcasts),
+            ("duplicates_published", &self.duplicates_published),
+            ("imported", &self.imported),
+            ("already_here", &self.already_here),
+            ("own_broadcasts", &self.own_broadcasts),
+            ("refused", &self.refused),
+            ("errors", &self.errors),
+        ]
+    }
+
     fn error(&self, what: &str, e: &dyn std::fmt::Display) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let msg = format!("{what}: {e}");
@@ -65,7 +79,13 @@ struct Bridge {
     host: String,
     nats: String,
     ack_wait: Duration,
+    linger: Duration,
     counts: Counters,
+    /// The agents whose signals are for this host (present now, or lingering and present on
+    /// no other host): the exporter leaves their signals here.
+    here: Mutex<HashSet<String>>,
+    /// The agents present now on other hosts, from the hosts bucket.
+    elsewhere: Mutex<HashSet<String>>,
     started: String,
     stop: AtomicBool,
 }
@@ -86,13 +106,29 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
             mb.bridge_dir().display()
         );
     };
+    let counts = Counters::default();
+    // Counts run on from where the last bridge on this root left them (its last state, at
+    // most a second old when it was killed).
+    if let Some(last) = mb
+        .bridge_state()
+        .ok()
+        .flatten()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    {
+        for (key, counter) in counts.cumulative() {
+            counter.store(last[key].as_u64().unwrap_or(0), Ordering::Relaxed);
+        }
+    }
     let bridge = Arc::new(Bridge {
         mb: Arc::new(mb),
         names,
         host,
         nats: url,
         ack_wait: cli.ack_wait,
-        counts: Counters::default(),
+        linger: cli.linger,
+        counts,
+        here: Mutex::default(),
+        elsewhere: Mutex::default(),
         started: chrono::Utc::now().to_rfc3339(),
         stop: AtomicBool::new(false),
     });
@@ -111,7 +147,7 @@ async fn serve(b: Arc<Bridge>, cli: &Cli) -> Result<()> {
     let client = loop {
         match async_nats::ConnectOptions::new()
             .name(format!("sigbox-bridge {}", b.host))
-            .connect(b.nats.as_str())
+            .connect(server_list(&b.nats))
             .await
         {
             Ok(c) => break c,
@@ -231,10 +267,12 @@ async fn export_loop(b: Arc<Bridge>, js: Context) {
 async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
     let mb = b.mb.clone();
     let host = b.host.clone();
+    let here = lock(&b.here).clone();
     let out: Vec<Outgoing> = tokio::task::spawn_blocking(move || -> sigbox::Result<_> {
         let mut out = mb.bridge_outbox(&host)?;
         if out.len() < EXPORT_BATCH {
-            out.extend(mb.bridge_take(&host, EXPORT_BATCH - out.len())?);
+            let here = |a: &str| here.contains(a);
+            out.extend(mb.bridge_take(&host, EXPORT_BATCH - out.len(), &here)?);
         }
         Ok(out)
     })
@@ -293,7 +331,8 @@ async fn presence_loop(b: Arc<Bridge>, work: stream::Stream) {
     let mut running: HashMap<String, JoinHandle<()>> = HashMap::new();
     loop {
         let mb = b.mb.clone();
-        let present = match tokio::task::spawn_blocking(move || mb.agents_present()).await {
+        let linger = b.linger;
+        let seen = match tokio::task::spawn_blocking(move || mb.agents_seen(linger)).await {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 b.counts.error("presence", &e);
@@ -304,13 +343,26 @@ async fn presence_loop(b: Arc<Bridge>, work: stream::Stream) {
                 Vec::new()
             }
         };
-        let mut wanted: HashMap<String, String> = present
+        // Present now, or seen here lately and present on no other host.
+        let elsewhere = lock(&b.elsewhere).clone();
+        let here: HashSet<String> = seen
+            .iter()
+            .filter(|(a, now)| *now || !elsewhere.contains(a))
+            .map(|(a, _)| a.clone())
+            .collect();
+        let present: Vec<String> = seen
+            .iter()
+            .filter(|(_, now)| *now)
+            .map(|(a, _)| a.clone())
+            .collect();
+        let mut wanted: HashMap<String, String> = here
             .iter()
             .map(|a| (names::agent_consumer(a), b.names.agent_subject(a)))
             .collect();
-        if present.iter().any(|a| a == b.mb.orchestrator()) {
+        if here.contains(b.mb.orchestrator()) {
             wanted.insert(names::ORCH_CONSUMER.to_string(), b.names.orch_subject());
         }
+        *lock(&b.here) = here;
         running.retain(|consumer, task| {
             let keep = wanted.contains_key(consumer) && !task.is_finished();
             if !keep {
@@ -320,19 +372,19 @@ async fn presence_loop(b: Arc<Bridge>, work: stream::Stream) {
             keep
         });
         for (consumer, subject) in wanted {
-            if !running.contains_key(&consumer) {
-                tracing::info!(%consumer, "agent present: importer started");
+            if let std::collections::hash_map::Entry::Vacant(slot) = running.entry(consumer) {
+                tracing::info!(consumer = %slot.key(), "agent present: importer started");
                 let t = tokio::spawn(import_loop(
                     b.clone(),
                     work.clone(),
-                    consumer.clone(),
+                    slot.key().clone(),
                     subject,
                     false,
                 ));
-                running.insert(consumer, t);
+                slot.insert(t);
             }
         }
-        *b.counts.present.lock().unwrap_or_else(|e| e.into_inner()) = present;
+        *lock(&b.counts.present) = present;
         tokio::time::sleep(PRESENCE_EVERY).await;
     }
 }
@@ -465,8 +517,59 @@ async fn state_loop(b: Arc<Bridge>, hosts: kv::Store) {
         if let Err(e) = hosts.put(&b.host, bytes.into()).await {
             b.counts.error("cannot record this host in the bucket", &e);
         }
+        match present_elsewhere(&b, &hosts).await {
+            Ok(agents) => *lock(&b.elsewhere) = agents,
+            Err(e) => b.counts.error("cannot read the other hosts' presence", &e),
+        }
         tokio::time::sleep(STATE_EVERY).await;
     }
+}
+
+/// How old another host's entry may be and still count: a bridge writes its own every
+/// [`STATE_EVERY`].
+const HOST_FRESH: Duration = Duration::from_secs(10);
+
+/// The agents present now on the other hosts whose bridge wrote its entry lately.
+async fn present_elsewhere(
+    b: &Bridge,
+    hosts: &kv::Store,
+) -> Result<HashSet<String>, async_nats::Error> {
+    let mut out = HashSet::new();
+    let mut keys = hosts.keys().await?;
+    let now = chrono::Utc::now();
+    while let Some(k) = keys.next().await {
+        let k = k?;
+        if k == b.host {
+            continue;
+        }
+        let Some(v) = hosts.get(&k).await? else {
+            continue;
+        };
+        let Ok(state) = serde_json::from_slice::<Value>(&v) else {
+            continue;
+        };
+        let fresh = state["updated_at"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .is_some_and(|t| {
+                now.signed_duration_since(t).to_std().unwrap_or_default() < HOST_FRESH
+            });
+        if fresh && state["running"].as_bool() == Some(true) {
+            out.extend(
+                state["present"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string),
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// This host's state, written to `bridge/state.json`; returned.
@@ -474,6 +577,8 @@ fn write_state(b: &Bridge, running: bool) -> Value {
     let c = &b.counts;
     let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let (outbox, sent) = b.mb.bridge_counts().unwrap_or_default();
+    let mut here: Vec<String> = lock(&b.here).iter().cloned().collect();
+    here.sort();
     let state = json!({
         "host": b.host,
         "nats": b.nats,
@@ -482,25 +587,31 @@ fn write_state(b: &Bridge, running: bool) -> Value {
         "connected": c.connected.load(Ordering::Relaxed),
         "started_at": b.started,
         "updated_at": chrono::Utc::now().to_rfc3339(),
-        "present": *c.present.lock().unwrap_or_else(|e| e.into_inner()),
-        "exported": n(&c.exported),
-        "exported_broadcasts": n(&c.exported_broadcasts),
-        "duplicates_published": n(&c.duplicates_published),
-        "imported": n(&c.imported),
-        "already_here": n(&c.already_here),
-        "own_broadcasts": n(&c.own_broadcasts),
-        "refused": n(&c.refused),
-        "errors": n(&c.errors),
-        "last_error": *c.last_error.lock().unwrap_or_else(|e| e.into_inner()),
+        "present": *lock(&c.present),
+        "here": here,
+        "last_error": *lock(&c.last_error),
         "outbox": outbox,
         "sent": sent,
     });
+    let mut state = state;
+    for (key, counter) in c.cumulative() {
+        state[key] = json!(n(counter));
+    }
     let mut bytes = serde_json::to_vec_pretty(&state).unwrap_or_default();
     bytes.push(b'\n');
     if let Err(e) = b.mb.bridge_write_state(&bytes) {
         tracing::warn!("cannot write the bridge's state: {e}");
     }
     state
+}
+
+/// The servers of `--nats`: one URL, or several separated by commas (a cluster's nodes).
+pub(crate) fn server_list(urls: &str) -> Vec<String> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// Sleeps `d`; true when a stop was asked for meanwhile.

@@ -65,7 +65,7 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
 
 /// Every host's entry in the bucket, and each consumer's lag.
 async fn cluster_view(url: &str, names: &Names) -> Result<Value> {
-    let client = async_nats::connect(url).await?;
+    let client = async_nats::connect(crate::run::server_list(url)).await?;
     let js = async_nats::jetstream::new(client);
     let mut hosts = serde_json::Map::new();
     if let Ok(kv) = js.get_key_value(names.hosts_bucket()).await {

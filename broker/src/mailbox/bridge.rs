@@ -9,7 +9,6 @@
 //! | `R/bridge/sent/` | signals exported, each annotated `action_taken: exported` |
 //! | `R/bridge/broadcasts/<16 hex>` | a pending broadcast exported (broadcasts stay in `inputs/`) |
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -145,15 +144,28 @@ impl Mailbox {
         Ok((count(&self.layout.outbox)?, count(&self.layout.sent)?))
     }
 
-    /// The agents present on this host: every `agents/<agent>.lock` some live handle holds.
-    pub fn agents_present(&self) -> Result<Vec<String>> {
+    /// The agents of this host: every agent whose `agents/<agent>.lock` a live handle holds
+    /// (`true`: present now), or whose presence was taken here within `linger` (the lock
+    /// file's mtime; `false`): an agent that polls now and then is not present between its
+    /// polls, but its signals are still for this host.
+    pub fn agents_seen(&self, linger: std::time::Duration) -> Result<Vec<(String, bool)>> {
+        let since = crate::clock::ns_of(SystemTime::now() - linger);
         let mut out = Vec::new();
         for e in self.io.list(&self.layout.agents, true)? {
             let Some(agent) = e.name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
                 continue;
             };
-            if crate::signal::valid_agent(agent) && self.is_present(agent) {
-                out.push(agent.to_string());
+            if !crate::signal::valid_agent(agent) {
+                continue;
+            }
+            if self.is_present(agent) {
+                out.push((agent.to_string(), true));
+            } else if self
+                .io
+                .stamp(&self.layout.agents.join(&e.name))?
+                .is_some_and(|st| st.mtime_ns >= since)
+            {
+                out.push((agent.to_string(), false));
             }
         }
         out.sort();
@@ -187,32 +199,38 @@ impl Mailbox {
     }
 
     /// Takes up to `max` pending signals that no agent here can take (spec/bridge.md):
-    /// signals for an agent not present here, and for the orchestrator (no target, APPROVE,
-    /// SKIP) when it is not present here, move into `bridge/outbox/` (a claim, durable); a
+    /// signals for an agent not `here`, and for the orchestrator (no target, APPROVE, SKIP)
+    /// when it is not `here`, move into `bridge/outbox/` (a claim, durable); a
     /// broadcast not exported yet stays in `inputs/` for the agents here. Oldest first.
     /// Signals that came from another host are taken only when their agent left: a broadcast
     /// that came from another host is never sent back.
-    pub fn bridge_take(&self, host: &str, max: usize) -> Result<Vec<Outgoing>> {
+    pub fn bridge_take(
+        &self,
+        host: &str,
+        max: usize,
+        here: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Outgoing>> {
         let mut items: Vec<(PathBuf, Item)> = Vec::new();
         for (dir, list, _) in self.pending_items()? {
             items.extend(list.into_iter().map(|it| (dir.clone(), it)));
         }
         items.sort_by(|a, b| (a.1.instant, &a.1.name).cmp(&(b.1.instant, &b.1.name)));
-        let mut present: HashMap<String, bool> = HashMap::new();
         let orchestrator = self.opts.orchestrator.clone();
-        let mut is_here = |agent: &str| -> bool {
-            *present
-                .entry(agent.to_string())
-                .or_insert_with(|| self.is_present(agent))
-        };
+        let is_here = |agent: &str| -> bool { here(agent) };
         let mut pass = Pass::default();
         let mut out = Vec::new();
+        // Targets whose next signal could not be taken this round: their later signals wait
+        // for the next round too, so that each producer's order holds in the stream.
+        let mut blocked: Vec<Target> = Vec::new();
         for (dir, item) in items {
             if out.len() >= max {
                 break;
             }
             // Unknown types wait here for an agent that takes them.
             let Some(ty) = item.signal_type else { continue };
+            if blocked.contains(&item.target) {
+                continue;
+            }
             // APPROVE and SKIP are the orchestrator's whatever their target (§6).
             let here = match &item.target {
                 _ if ty.is_approval() => is_here(&orchestrator),
@@ -228,10 +246,13 @@ impl Mailbox {
             if here {
                 continue;
             }
-            if let Some(name) = self.take_out(&dir, &item, &mut pass)?
-                && let Some(o) = self.outgoing_in_outbox(&name, item.instant, host)?
-            {
-                out.push(o);
+            match self.take_out(&dir, &item, &mut pass)? {
+                Some(name) => {
+                    if let Some(o) = self.outgoing_in_outbox(&name, item.instant, host)? {
+                        out.push(o);
+                    }
+                }
+                None => blocked.push(item.target.clone()),
             }
         }
         Ok(out)

@@ -34,7 +34,7 @@ impl Presence {
 
 impl Mailbox {
     /// Takes `agent`'s presence (a shared lock on `agents/<agent>.lock`) for as long as the
-    /// returned value lives.
+    /// returned value lives, and sets the lock file's mtime to now (when it may).
     pub fn presence(&self, agent: &str) -> Result<Presence> {
         self.check_agent(agent)?;
         let path = self.layout.lock_path(agent);
@@ -43,6 +43,10 @@ impl Mailbox {
         // with try_lock, and held for the duration of one check.
         file.lock_shared()
             .map_err(|e| Error::io(&path, "cannot lock presence file", e))?;
+        // The lock file's mtime says when the agent last took its presence here: a bridge
+        // keeps importing for an agent that polls now and then (spec/bridge.md §3). Best
+        // effort: a lock file another user made may not be ours to touch.
+        let _ = file.set_modified(std::time::SystemTime::now());
         Ok(Presence {
             _file: file,
             agent: agent.to_string(),

