@@ -53,6 +53,7 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
         "outbox": outbox,
         "sent": sent,
         "state": state,
+        "server": url,
         "cluster": cluster,
     });
     if as_json {
@@ -65,7 +66,9 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
 
 /// Every host's entry in the bucket, and each consumer's lag.
 async fn cluster_view(url: &str, names: &Names) -> Result<Value> {
-    let client = async_nats::connect(crate::run::server_list(url)).await?;
+    let client = async_nats::connect(crate::run::server_list(url))
+        .await
+        .map_err(|e| anyhow!("cannot connect ({})", e.kind()))?;
     let js = async_nats::jetstream::new(client);
     let mut hosts = serde_json::Map::new();
     if let Ok(kv) = js.get_key_value(names.hosts_bucket()).await {
@@ -116,9 +119,12 @@ fn print_text(r: &Value) {
         }
     );
     if s.is_object() {
+        let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
         println!(
             "  host {}, server {}, last update {}",
-            s["host"], s["nats"], s["updated_at"]
+            text(&s["host"]),
+            text(&s["nats"]),
+            text(&s["updated_at"])
         );
         println!(
             "  exported {} (+{} broadcasts), imported {}, already here {}, refused {}, errors {}",
@@ -138,7 +144,7 @@ fn print_text(r: &Value) {
     println!("  outbox {} waiting, sent {}", r["outbox"], r["sent"]);
     let c = &r["cluster"];
     if let Some(e) = c["error"].as_str() {
-        println!("server: {e}");
+        println!("server {}: {e}", r["server"].as_str().unwrap_or("?"));
         return;
     }
     if let Some(hosts) = c["hosts"].as_object() {
@@ -154,7 +160,7 @@ fn print_text(r: &Value) {
                 present.join(", "),
                 v["exported"],
                 v["imported"],
-                v["updated_at"]
+                v["updated_at"].as_str().unwrap_or("?")
             );
         }
     }

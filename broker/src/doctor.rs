@@ -247,6 +247,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             });
         }
     }
+    bridge_findings(&mb, &io, &layout, &mut out);
     let old = |p: &Path| {
         io.stamp(p)
             .ok()
@@ -355,4 +356,138 @@ fn not_a_directory(kind: EntryKind) -> String {
          through it; remove it (sigbox makes the directory again)",
         kind.describe()
     )
+}
+
+/// A bridge's state files (spec/bridge.md §6): whether one runs, whether it reaches its
+/// server, and what waits in its outbox.
+fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<Finding>) {
+    let dir = mb.bridge_dir().to_path_buf();
+    let Ok(Some(st)) = io.stamp(&dir) else {
+        return; // no bridge ever ran here
+    };
+    let mut push = |severity, path: &Path, message: String| {
+        out.push(Finding {
+            severity,
+            path: path.to_path_buf(),
+            message,
+        })
+    };
+    if st.kind != EntryKind::Dir {
+        push(
+            Severity::Problem,
+            &dir,
+            format!(
+                "{} where the bridge's directory belongs: no bridge can run on this root \
+                 until it is removed",
+                not_a_directory(st.kind)
+            ),
+        );
+        return;
+    }
+    let state_path = dir.join("state.json");
+    let state: Option<serde_json::Value> = match mb.bridge_state() {
+        Ok(None) => None,
+        Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                push(
+                    Severity::Problem,
+                    &state_path,
+                    format!(
+                        "not valid JSON ({e}); the bridge rewrites it every second while it runs"
+                    ),
+                );
+                None
+            }
+        },
+        Err(e) => {
+            push(Severity::Problem, &state_path, e.reason().to_string());
+            None
+        }
+    };
+    let text = |k: &str| {
+        state
+            .as_ref()
+            .and_then(|s| s.get(k))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    let number = |k: &str| {
+        state
+            .as_ref()
+            .and_then(|s| s.get(k))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    };
+    let (outbox, _) = mb.bridge_counts().unwrap_or_default();
+    let running = mb.bridge_running().unwrap_or(false);
+    let age = state
+        .as_ref()
+        .and_then(|s| s.get("updated_at")?.as_str().map(str::to_string))
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+        .map(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds());
+    if running {
+        push(
+            Severity::Info,
+            &dir,
+            format!(
+                "a bridge runs here as host {} with server {}: exported {}, imported {}; {outbox} \
+                 waiting in bridge/outbox/",
+                text("host"),
+                text("nats"),
+                number("exported") + number("exported_broadcasts"),
+                number("imported")
+            ),
+        );
+        if age.is_some_and(|a| a > 30) {
+            push(
+                Severity::Problem,
+                &state_path,
+                format!(
+                    "the bridge holds its lock but has not written its state for {} s: is it \
+                     stuck? (`sigbox bridge status` asks the server)",
+                    age.unwrap_or(0)
+                ),
+            );
+        }
+        let connected = state
+            .as_ref()
+            .and_then(|s| s.get("connected"))
+            .and_then(serde_json::Value::as_bool);
+        if connected == Some(false) {
+            push(
+                Severity::Problem,
+                &state_path,
+                format!(
+                    "the bridge cannot reach its server {}: {}; signals for other hosts wait \
+                     here until it can",
+                    text("nats"),
+                    text("last_error")
+                ),
+            );
+        }
+    } else if outbox > 0 {
+        push(
+            Severity::Problem,
+            &layout.root.join("bridge/outbox"),
+            format!(
+                "{outbox} signal(s) taken for export wait here, and no bridge runs (last seen {}): \
+                 start `sigbox bridge` again and it publishes them (the stream drops what it \
+                 already has)",
+                text("updated_at")
+            ),
+        );
+    } else if state.is_some() {
+        push(
+            Severity::Info,
+            &dir,
+            format!(
+                "a bridge ran here (host {}, last seen {}) and does not now: signals for agents \
+                 on other hosts wait in inputs/ until it runs again",
+                text("host"),
+                text("updated_at")
+            ),
+        );
+    }
 }

@@ -160,6 +160,16 @@ See spec/hooks.md for what each signal becomes, per runtime and event.")]
         #[arg(long)]
         channel: bool,
     },
+    /// Join this mailbox to mailboxes on other hosts through a NATS JetStream server (runs
+    /// the `sigbox-bridge` program installed beside `sigbox`); `bridge status` shows it.
+    #[command(
+        after_help = "Examples:\n  sigbox --root /srv/signals bridge --nats nats://10.0.0.5:4222 --mailbox pipeline\n  sigbox --root /srv/signals bridge status\n  sigbox-bridge --help    (every option)\nSee spec/bridge.md."
+    )]
+    Bridge {
+        /// The arguments of `sigbox-bridge` (`--nats URL`, `--mailbox NAME`, `status`, ...).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Run a short demonstration on a fresh mailbox in a temporary directory.
     #[command(after_help = "Example:\n  sigbox demo")]
     Demo {

@@ -153,6 +153,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             drop(out);
             return cmd::hooks::exec_mcp(&root, &agent, state.as_deref(), channel, settle);
         }
+        Command::Bridge { args } => {
+            drop(out);
+            return cmd::hooks::exec_bridge(&root, &args, settle);
+        }
         Command::Goblin(c) => cmd::goblin::run(c, &mut out)?,
         Command::Mux(c) => cmd::mux::run(c, &mut out)?,
         Command::Flux(c) => cmd::streams::flux(c, &mut out)?,

@@ -446,3 +446,29 @@ pub(crate) fn exec_mcp(
     let err = c.exec();
     Err(anyhow::Error::new(err).context(format!("{}: cannot run", server.display())))
 }
+
+/// `sigbox bridge ...`: runs the `sigbox-bridge` program installed beside `sigbox` with the
+/// root and settle window of this command line, then the arguments given.
+pub(crate) fn exec_bridge(
+    root: &Path,
+    args: &[std::ffi::OsString],
+    settle: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
+    let bridge = exe.with_file_name("sigbox-bridge");
+    if !bridge.exists() {
+        bail!(
+            "{}: not installed; install it with `cargo install --path bridge` (beside sigbox)",
+            bridge.display()
+        );
+    }
+    let mut c = std::process::Command::new(&bridge);
+    c.arg("--root")
+        .arg(root)
+        .arg("--settle")
+        .arg(format!("{}ms", settle.as_millis()))
+        .args(args);
+    let err = c.exec();
+    Err(anyhow::Error::new(err).context(format!("{}: cannot run", bridge.display())))
+}
