@@ -1,0 +1,311 @@
+//! The mailbox's routing rules across hosts (spec/bridge.md §4): a signal for an agent
+//! present nowhere waits in the stream until it appears; APPROVE and SKIP reach only the
+//! orchestrator, in its approval states, wherever it runs; a signal whose agent left after it
+//! was imported crosses again; a dropped file crosses as it was written. And what the bridge
+//! refuses: hostile messages on the stream, a planted `bridge/` symlink, a second bridge.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{Host, Server};
+use sigbox::{Mailbox, NewSignal, SignalType, Target};
+
+/// Polls `agent` on `mb` (holding its presence) until `n` signals came or `within` passed.
+fn take(
+    mb: &Mailbox,
+    agent: &str,
+    state: Option<&str>,
+    n: usize,
+    within: Duration,
+) -> Vec<sigbox::Signal> {
+    let deadline = Instant::now() + within;
+    let mut got = Vec::new();
+    while got.len() < n && Instant::now() < deadline {
+        got.extend(mb.pass(agent, state).unwrap().delivered);
+        thread::sleep(Duration::from_millis(10));
+    }
+    got
+}
+
+fn steer(target: &str, msg: &str) -> NewSignal {
+    let mut s = NewSignal::new(SignalType::Steer);
+    s.target(Target::Agent(target.into())).message(msg);
+    s
+}
+
+/// Waits until `f` holds, up to 20 s.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn messages(got: &[sigbox::Signal]) -> Vec<String> {
+    got.iter()
+        .map(|s| s.message.clone().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn a_signal_for_an_agent_present_nowhere_waits_in_the_stream_until_it_appears() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "wait", &[]);
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "wait", &[]);
+    let m0 = h0.mailbox();
+    for i in 0..20 {
+        m0.send(&steer("Zed", &format!("z{i}"))).unwrap();
+    }
+    // Exported from h0 (no Zed there), and nowhere to go: h1 has nothing.
+    eventually("h0 exported the 20", || m0.bridge_counts().unwrap().1 == 20);
+    thread::sleep(Duration::from_millis(500));
+    assert!(m0.pending().unwrap().is_empty());
+    assert!(
+        h1.mailbox().pending().unwrap().is_empty(),
+        "nothing for Zed on h1 yet"
+    );
+    // Zed appears on h1: its signals come, once each, in order.
+    let m1 = h1.mailbox();
+    let _zed = m1.presence("Zed").unwrap();
+    let got = take(&m1, "Zed", None, 20, Duration::from_secs(20));
+    let want: Vec<String> = (0..20).map(|i| format!("z{i}")).collect();
+    assert_eq!(messages(&got), want);
+    thread::sleep(Duration::from_millis(500));
+    assert!(take(&m1, "Zed", None, 1, Duration::from_millis(300)).is_empty());
+    assert!(take(&m0, "Zed", None, 1, Duration::from_millis(300)).is_empty());
+}
+
+#[test]
+fn approve_and_skip_reach_only_the_orchestrator_in_an_approval_state_on_its_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "approve", &[]);
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "approve", &[]);
+    let (m0, m1) = (h0.mailbox(), h1.mailbox());
+    let _exec = m0.presence("Executor").unwrap();
+    let _orch = m1.presence("Orchestrator").unwrap();
+    thread::sleep(Duration::from_millis(400));
+    for (ty, target) in [
+        (SignalType::Approve, Target::Agent("Executor".into())),
+        (SignalType::Skip, Target::All),
+        (SignalType::Info, Target::None),
+    ] {
+        let mut s = NewSignal::new(ty);
+        s.target(target).message(format!("{ty:?}"));
+        m0.send(&s).unwrap();
+    }
+    // The untargeted INFO reaches the orchestrator on h1 in any state; APPROVE and SKIP wait
+    // there for an approval state.
+    let working = take(
+        &m1,
+        "Orchestrator",
+        Some("WORKING"),
+        1,
+        Duration::from_secs(20),
+    );
+    assert_eq!(messages(&working), ["Info"]);
+    assert!(
+        take(
+            &m1,
+            "Orchestrator",
+            Some("WORKING"),
+            1,
+            Duration::from_millis(500)
+        )
+        .is_empty()
+    );
+    let approval = take(
+        &m1,
+        "Orchestrator",
+        Some("KNOWLEDGE_APPROVAL"),
+        2,
+        Duration::from_secs(10),
+    );
+    assert_eq!(messages(&approval), ["Approve", "Skip"]);
+    // The Executor, present where they were sent, never saw them.
+    assert!(take(&m0, "Executor", None, 1, Duration::from_millis(300)).is_empty());
+}
+
+#[test]
+fn a_signal_whose_agent_left_after_its_import_crosses_again_and_arrives_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let hosts: Vec<Host> = (0..3)
+        .map(|i| Host::start(dir.path(), &format!("h{i}"), &server.url(), "move", &[]))
+        .collect();
+    let ms: Vec<Mailbox> = hosts.iter().map(Host::mailbox).collect();
+    // The Planner is present on h1 but does not poll: its signals are imported there.
+    let planner = ms[1].presence("Planner").unwrap();
+    thread::sleep(Duration::from_millis(400));
+    for i in 0..5 {
+        ms[0].send(&steer("Planner", &format!("p{i}"))).unwrap();
+    }
+    eventually("imported on h1", || ms[1].pending().unwrap().len() == 5);
+    // It moves to h2.
+    drop(planner);
+    let _planner = ms[2].presence("Planner").unwrap();
+    let got = take(&ms[2], "Planner", None, 5, Duration::from_secs(20));
+    assert_eq!(messages(&got), ["p0", "p1", "p2", "p3", "p4"]);
+    eventually("h1 is empty again", || ms[1].pending().unwrap().is_empty());
+    assert_eq!(ms[1].bridge_counts().unwrap().1, 5, "h1 sent the five on");
+    thread::sleep(Duration::from_millis(500));
+    assert!(take(&ms[2], "Planner", None, 1, Duration::from_millis(300)).is_empty());
+    // Each carries its hops.
+    let rec = std::fs::read_dir(hosts[2].root.join("processed"))
+        .unwrap()
+        .count();
+    assert_eq!(rec, 5);
+    assert!(
+        got.iter().all(|s| s.fields["bridged"]["hops"] == 1),
+        "{:?}",
+        got[0].fields
+    );
+}
+
+#[test]
+fn a_dropped_yaml_file_crosses_hosts_as_it_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "drop", &[]);
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "drop", &[]);
+    let m1 = h1.mailbox();
+    let _p = m1.presence("Planner").unwrap();
+    thread::sleep(Duration::from_millis(400));
+    let inputs = h0.root.join("inputs");
+    std::fs::write(
+        inputs.join(".news.tmp"),
+        "type: steer\ntarget: Planner\nmessage: no\ncreated_at: 2026-02-08T14:30:00Z\ntickets: [7, 9]\nnote: 'unknown fields travel'\n",
+    )
+    .unwrap();
+    std::fs::rename(inputs.join(".news.tmp"), inputs.join("news.yaml")).unwrap();
+    let got = take(&m1, "Planner", None, 1, Duration::from_secs(20));
+    assert_eq!(got.len(), 1);
+    let s = &got[0];
+    assert_eq!(
+        s.message.as_deref(),
+        Some("no"),
+        "the text \"no\", not false"
+    );
+    assert_eq!(s.fields["tickets"], serde_json::json!([7, 9]));
+    assert_eq!(s.fields["note"], "unknown fields travel");
+    assert_eq!(s.fields["bridged"]["from"], "h0");
+    let origin = s.fields["bridged"]["id"].as_str().unwrap();
+    assert!(origin.starts_with("news@"), "{origin}");
+    // Its instant is the one it was written with (2026-02-08T14:30:00Z), in its name.
+    assert!(
+        s.id.starts_with("signal.20260208T143000.000000Z."),
+        "{}",
+        s.id
+    );
+    // The original is recorded exported on h0, under its own name.
+    assert!(h0.root.join("bridge/sent/news.yaml").exists());
+}
+
+/// Messages put on the stream by something other than a bridge: a path in the name, a name
+/// and a body that disagree, a body that is not a signal, no name at all. Each is refused
+/// (never written, never redelivered), counted, and the next good one still arrives.
+#[test]
+fn hostile_messages_on_the_stream_are_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "hostile", &[]);
+    let m1 = h1.mailbox();
+    let _p = m1.presence("Planner").unwrap();
+    eventually("the bridge is up", || h1.state()["connected"] == true);
+    let good = "signal.20260208T143000.000000Z.0123456789abcdef0123456789abcdef.STEER.Planner";
+    let body = |id: &str, target: &str| {
+        format!(
+            "{{\"id\": \"{id}\", \"type\": \"STEER\", \"target\": \"{target}\", \"message\": \"m\"}}"
+        )
+    };
+    let other = "signal.20260208T143001.000000Z.0123456789abcdef0123456789abcdee.STEER.Planner";
+    let cases: Vec<(Option<String>, String)> = vec![
+        (
+            Some("../../../../tmp/escaped.json".into()),
+            body("x", "Planner"),
+        ),
+        (Some(format!("../{good}.json")), body(good, "Planner")),
+        (Some(format!("{other}.json")), body(good, "Planner")),
+        (Some(format!("{other}.json")), body(other, "Executor")),
+        (Some(format!("{other}.json")), "not json at all".into()),
+        (None, body(other, "Planner")),
+        (Some(format!("{good}.json")), body(good, "Planner")),
+    ];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        for (name, payload) in cases {
+            let mut h = async_nats::HeaderMap::new();
+            if let Some(n) = &name {
+                h.insert("Sigbox-Name", n.as_str());
+            }
+            h.insert("Sigbox-Host", "mallory");
+            js.publish_with_headers("sigbox.hostile.to.Planner", h, payload.into_bytes().into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    });
+    let got = take(&m1, "Planner", None, 1, Duration::from_secs(20));
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, good);
+    eventually("six refused", || h1.state()["refused"] == 6);
+    assert!(!Path::new("/tmp/escaped.json").exists());
+    assert!(!dir.path().join(format!("{good}.json")).exists());
+    let inputs: Vec<_> = std::fs::read_dir(h1.root.join("inputs")).unwrap().collect();
+    assert!(inputs.is_empty(), "{inputs:?}");
+    // Refused for good: none of them comes again.
+    thread::sleep(Duration::from_millis(2500));
+    assert_eq!(h1.state()["refused"], 6);
+}
+
+#[test]
+fn a_planted_bridge_symlink_and_a_second_bridge_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let root = dir.path().join("r");
+    Mailbox::init(&root).unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("bridge")).unwrap();
+    let bridge = env!("CARGO_BIN_EXE_sigbox-bridge");
+    let out = Command::new(bridge)
+        .args(["--root", root.to_str().unwrap(), "--nats", &server.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bridge") && err.contains("symlink"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing written outside"
+    );
+    std::fs::remove_file(root.join("bridge")).unwrap();
+    // One bridge per root.
+    let _first = Host::start(dir.path(), "r", &server.url(), "one", &[]);
+    eventually("the first bridge is up", || {
+        _first.state()["running"] == true
+    });
+    let out = Command::new(bridge)
+        .args(["--root", root.to_str().unwrap(), "--nats", &server.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another bridge runs on this root"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
