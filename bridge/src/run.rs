@@ -24,8 +24,12 @@ use crate::names::{self, Names, header};
 
 /// How many signals one export round takes and publishes before waiting for their acks.
 const EXPORT_BATCH: usize = 256;
-/// How long the exporter sleeps when nothing was waiting.
+/// How long the exporter sleeps when nothing was waiting and no filesystem events come (a
+/// network or FUSE filesystem).
 const EXPORT_IDLE: Duration = Duration::from_millis(20);
+/// How long the exporter sleeps when nothing was waiting, with filesystem events: a file
+/// written in place settles, an agent leaves.
+const EXPORT_BACKSTOP: Duration = Duration::from_secs(1);
 /// How often presence is looked at.
 const PRESENCE_EVERY: Duration = Duration::from_millis(100);
 /// How often the state file and this host's entry in the bucket are written.
@@ -88,6 +92,10 @@ struct Bridge {
     elsewhere: Mutex<HashSet<String>>,
     started: String,
     stop: AtomicBool,
+    /// Wakes the exporter: a change in `inputs/` or a buffer, or in which agents are here.
+    wake: tokio::sync::Notify,
+    /// True while filesystem events wake the exporter.
+    watching: AtomicBool,
 }
 
 /// Runs the bridge until SIGINT or SIGTERM.
@@ -131,6 +139,8 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         elsewhere: Mutex::default(),
         started: chrono::Utc::now().to_rfc3339(),
         stop: AtomicBool::new(false),
+        wake: tokio::sync::Notify::new(),
+        watching: AtomicBool::new(false),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -175,6 +185,23 @@ async fn serve(b: Arc<Bridge>, cli: &Cli) -> Result<()> {
     };
     b.counts.connected.store(true, Ordering::Relaxed);
     tracing::info!(host = %b.host, "bridge running");
+    // Nothing is exported before it is known which agents are here and elsewhere: a bridge
+    // that starts (or restarts) must not send this host's signals away.
+    loop {
+        match present_elsewhere(&b, &hosts).await {
+            Ok(agents) => *lock(&b.elsewhere) = agents,
+            Err(e) => b.counts.error("cannot read the other hosts' presence", &e),
+        }
+        if let Some((here, present)) = look_at_presence(&b).await {
+            *lock(&b.here) = here;
+            *lock(&b.counts.present) = present;
+            break;
+        }
+        if wait_or_stop(RETRY).await {
+            return Ok(());
+        }
+    }
+    watch_inputs(&b);
     let mut tasks: Vec<JoinHandle<()>> = vec![
         tokio::spawn(export_loop(b.clone(), js.clone())),
         tokio::spawn(import_loop(
@@ -252,7 +279,14 @@ async fn setup(
 async fn export_loop(b: Arc<Bridge>, js: Context) {
     while !b.stop.load(Ordering::Relaxed) {
         match export_round(&b, &js).await {
-            Ok(0) => tokio::time::sleep(EXPORT_IDLE).await,
+            Ok(0) => {
+                let idle = if b.watching.load(Ordering::Relaxed) {
+                    EXPORT_BACKSTOP
+                } else {
+                    EXPORT_IDLE
+                };
+                let _ = tokio::time::timeout(idle, b.wake.notified()).await;
+            }
             Ok(_) => {}
             Err(e) => {
                 b.counts.error("export", &format!("{e:#}"));
@@ -260,6 +294,34 @@ async fn export_loop(b: Arc<Bridge>, js: Context) {
             }
         }
     }
+}
+
+/// Wakes the exporter on every change in `inputs/` and the buffers (inotify), from a thread of
+/// its own; without events (a network filesystem), the exporter polls.
+fn watch_inputs(b: &Arc<Bridge>) {
+    let dirs = b.mb.watch_dirs();
+    let watch = match sigbox_client::DirWatch::new(&[(dirs[0], false), (dirs[1], true)]) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::info!("no filesystem events ({e}): the exporter polls every {EXPORT_IDLE:?}");
+            return;
+        }
+    };
+    b.watching.store(true, Ordering::Relaxed);
+    let b = b.clone();
+    std::thread::spawn(move || {
+        while !b.stop.load(Ordering::Relaxed) {
+            if !watch.wait(EXPORT_BACKSTOP) {
+                b.watching.store(false, Ordering::Relaxed);
+                return;
+            }
+            // Files renamed in whole are read at once, as a waiting agent reads them.
+            for p in watch.take_arrivals() {
+                b.mb.arrived_whole(&p);
+            }
+            b.wake.notify_one();
+        }
+    });
 }
 
 /// One round: what the outbox holds (a round that failed, or a bridge that stopped), then
@@ -295,34 +357,69 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
         acks.push(ack);
     }
     let n = out.len();
+    let mut acked = Vec::with_capacity(n);
+    let mut failed = None;
     for (o, ack) in out.into_iter().zip(acks) {
         // Stop at the first that failed: it and those after it stay where they are and are
         // published again (the stream drops the copies it already has, by id).
-        let ack = ack
-            .await
-            .map_err(|e| anyhow!("no acknowledgement for {}: {e}", o.id))?;
-        if ack.duplicate {
-            b.counts
-                .duplicates_published
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        let record = serde_json::Map::from_iter([(
-            "exported".to_string(),
-            json!({"stream": ack.stream, "seq": ack.sequence, "duplicate": ack.duplicate}),
-        )]);
-        let mb = b.mb.clone();
-        let host = b.host.clone();
-        let broadcast = o.is_broadcast();
-        let id = o.id.clone();
-        tokio::task::spawn_blocking(move || mb.bridge_exported(&o, &host, record)).await??;
-        tracing::debug!(%id, seq = ack.sequence, "exported");
-        if broadcast {
-            b.counts.exported_broadcasts.fetch_add(1, Ordering::Relaxed);
-        } else {
-            b.counts.exported.fetch_add(1, Ordering::Relaxed);
+        match ack.await {
+            Ok(ack) => {
+                if ack.duplicate {
+                    b.counts
+                        .duplicates_published
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::debug!(id = %o.id, seq = ack.sequence, duplicate = ack.duplicate, "exported");
+                acked.push(o);
+            }
+            Err(e) => {
+                failed = Some(anyhow!("no acknowledgement for {}: {e}", o.id));
+                break;
+            }
         }
     }
-    Ok(n)
+    let broadcasts = acked.iter().filter(|o| o.is_broadcast()).count() as u64;
+    let signals = acked.len() as u64 - broadcasts;
+    let mb = b.mb.clone();
+    tokio::task::spawn_blocking(move || mb.bridge_exported(&acked)).await??;
+    b.counts
+        .exported_broadcasts
+        .fetch_add(broadcasts, Ordering::Relaxed);
+    b.counts.exported.fetch_add(signals, Ordering::Relaxed);
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
+}
+
+/// Which agents are this host's: present now, or seen here within `--linger` and present on
+/// no other host; and those present now. `None` when presence cannot be read.
+async fn look_at_presence(b: &Arc<Bridge>) -> Option<(HashSet<String>, Vec<String>)> {
+    let mb = b.mb.clone();
+    let linger = b.linger;
+    let seen = match tokio::task::spawn_blocking(move || mb.agents_seen(linger)).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            b.counts.error("presence", &e);
+            return None;
+        }
+        Err(e) => {
+            b.counts.error("presence", &e);
+            return None;
+        }
+    };
+    let elsewhere = lock(&b.elsewhere).clone();
+    let here = seen
+        .iter()
+        .filter(|(a, now)| *now || !elsewhere.contains(a))
+        .map(|(a, _)| a.clone())
+        .collect();
+    let present = seen
+        .iter()
+        .filter(|(_, now)| *now)
+        .map(|(a, _)| a.clone())
+        .collect();
+    Some((here, present))
 }
 
 /// Starts an importer for each agent present here (and for the orchestrator's signals where
@@ -330,31 +427,11 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
 async fn presence_loop(b: Arc<Bridge>, work: stream::Stream) {
     let mut running: HashMap<String, JoinHandle<()>> = HashMap::new();
     loop {
-        let mb = b.mb.clone();
-        let linger = b.linger;
-        let seen = match tokio::task::spawn_blocking(move || mb.agents_seen(linger)).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
-                b.counts.error("presence", &e);
-                Vec::new()
-            }
-            Err(e) => {
-                b.counts.error("presence", &e);
-                Vec::new()
-            }
+        // On an error, what was known stays: an empty set would export every agent's signals.
+        let Some((here, present)) = look_at_presence(&b).await else {
+            tokio::time::sleep(PRESENCE_EVERY).await;
+            continue;
         };
-        // Present now, or seen here lately and present on no other host.
-        let elsewhere = lock(&b.elsewhere).clone();
-        let here: HashSet<String> = seen
-            .iter()
-            .filter(|(a, now)| *now || !elsewhere.contains(a))
-            .map(|(a, _)| a.clone())
-            .collect();
-        let present: Vec<String> = seen
-            .iter()
-            .filter(|(_, now)| *now)
-            .map(|(a, _)| a.clone())
-            .collect();
         let mut wanted: HashMap<String, String> = here
             .iter()
             .map(|a| (names::agent_consumer(a), b.names.agent_subject(a)))
@@ -362,7 +439,12 @@ async fn presence_loop(b: Arc<Bridge>, work: stream::Stream) {
         if here.contains(b.mb.orchestrator()) {
             wanted.insert(names::ORCH_CONSUMER.to_string(), b.names.orch_subject());
         }
+        let changed = *lock(&b.here) != here;
         *lock(&b.here) = here;
+        if changed {
+            // An agent left or came: what is its may now go, or stay.
+            b.wake.notify_one();
+        }
         running.retain(|consumer, task| {
             let keep = wanted.contains_key(consumer) && !task.is_finished();
             if !keep {

@@ -14,14 +14,15 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
+use super::claim::{Batch, Undo};
 use super::layout::fnv1a;
 use super::report::Pass;
 use super::route::{Item, Source};
 use super::{HANDLING_ROOM, Mailbox, identity, lossy};
-use crate::atomic::{self, Claimed, Clobber, Placed};
-use crate::body::{self, Handled};
+use crate::atomic::{self, Clobber, Placed};
+use crate::body;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::ReadOutcome;
 use crate::name;
@@ -216,14 +217,16 @@ impl Mailbox {
         }
         items.sort_by(|a, b| (a.1.instant, &a.1.name).cmp(&(b.1.instant, &b.1.name)));
         let orchestrator = self.opts.orchestrator.clone();
-        let is_here = |agent: &str| -> bool { here(agent) };
         let mut pass = Pass::default();
-        let mut out = Vec::new();
+        let mut batch = Batch::new(max.max(1));
+        let mut broadcasts = Vec::new();
+        // The FIFO instant of each claimed file, by where it was.
+        let mut instants: Vec<(PathBuf, i128)> = Vec::new();
         // Targets whose next signal could not be taken this round: their later signals wait
         // for the next round too, so that each producer's order holds in the stream.
         let mut blocked: Vec<Target> = Vec::new();
         for (dir, item) in items {
-            if out.len() >= max {
+            if instants.len() + broadcasts.len() >= max {
                 break;
             }
             // Unknown types wait here for an agent that takes them.
@@ -232,72 +235,126 @@ impl Mailbox {
                 continue;
             }
             // APPROVE and SKIP are the orchestrator's whatever their target (§6).
-            let here = match &item.target {
-                _ if ty.is_approval() => is_here(&orchestrator),
+            let is_here = match &item.target {
+                _ if ty.is_approval() => here(&orchestrator),
                 Target::All => {
                     if let Some(o) = self.broadcast_out(&dir, &item, host)? {
-                        out.push(o);
+                        broadcasts.push(o);
                     }
                     continue;
                 }
-                Target::None => is_here(&orchestrator),
-                Target::Agent(a) => is_here(a),
+                Target::None => here(&orchestrator),
+                Target::Agent(a) => here(a),
             };
-            if here {
+            if is_here {
                 continue;
             }
-            match self.take_out(&dir, &item, &mut pass)? {
-                Some(name) => {
-                    if let Some(o) = self.outgoing_in_outbox(&name, item.instant, host)? {
+            if !self.io.is_dir(&self.layout.outbox) {
+                self.io
+                    .create_dir_all_synced(&self.layout.outbox, Some(&self.layout.root))?;
+            }
+            let before = batch.len();
+            match self.claim_for_export(&dir, &item, host, &mut pass, &mut batch)? {
+                Some(d) => batch.push(d),
+                None if batch.len() > before => {} // a claim by link, decided at the commit
+                None => {
+                    blocked.push(item.target.clone());
+                    continue;
+                }
+            }
+            instants.push((dir.join(&item.name), item.instant));
+        }
+        self.commit(&mut batch)?;
+        for r in batch.rejected.drain(..).chain(pass.rejected.drain(..)) {
+            tracing::warn!(file = ?r.path, reason = %r.reason, "cannot export; quarantined");
+        }
+        let mut out = Vec::new();
+        for d in batch.take_durable() {
+            let instant = match &d.undo {
+                Undo::Claim(src) => instants.iter().find(|(p, _)| p == src).map(|(_, t)| *t),
+                _ => None,
+            };
+            let Some(name) = d.signal.path.file_name().map(OsStr::to_os_string) else {
+                continue;
+            };
+            let mut sig = d.signal;
+            body::strip_handling(&mut sig.fields);
+            let id = sig.id.clone();
+            let fname = lossy(&name);
+            match outgoing(
+                id,
+                &fname,
+                sig,
+                instant.unwrap_or(0),
+                host,
+                Held::Outbox(name.clone()),
+            ) {
+                Ok(o) if o.body.len() as u64 + HANDLING_ROOM <= self.opts.max_file_size => {
+                    out.push(o)
+                }
+                _ => {
+                    // Read again, as a bridge that stopped would: the outbox decides.
+                    if let Some(o) = self.outgoing_in_outbox(&name, instant.unwrap_or(0), host)? {
                         out.push(o);
                     }
                 }
-                None => blocked.push(item.target.clone()),
             }
         }
+        // Broadcasts and taken signals, oldest first.
+        out.extend(broadcasts);
+        out.sort_by_key(|o| o.instant);
         Ok(out)
     }
 
-    /// Records `out` exported, once the server acknowledged it: a signal moves from
-    /// `bridge/outbox/` into `bridge/sent/`, annotated `action_taken: exported` with
-    /// `record` added (a claim, durable); a broadcast gets its marker in
-    /// `bridge/broadcasts/`, durably.
-    pub fn bridge_exported(
-        &self,
-        out: &Outgoing,
-        host: &str,
-        record: Map<String, Value>,
-    ) -> Result<()> {
-        match &out.held {
-            Held::Broadcast => {
-                self.io
-                    .create_dir_all_synced(&self.layout.broadcasts, Some(&self.layout.root))?;
-                let marker = self.layout.broadcasts.join(Self::broadcast_marker(&out.id));
-                let stage = atomic::stage_name(&self.layout.broadcasts, "export");
-                let line = format!("{}\n", out.id);
-                atomic::write_atomic(&self.io, &stage, &marker, line.as_bytes(), Clobber::No)?;
-                Ok(())
-            }
-            Held::Outbox(name) => {
-                self.io
-                    .create_dir_all_synced(&self.layout.sent, Some(&self.layout.root))?;
-                let mut extra = Handled::Exported.fields(host);
-                extra.extend(record);
-                let mut scratch = Pass::default();
-                let outbox = self.layout.outbox.clone();
-                self.claim_into(
-                    &self.layout.sent,
-                    &outbox,
-                    name,
-                    host,
-                    extra,
-                    &mut scratch,
-                    None,
-                    None,
-                )?;
-                Ok(())
+    /// Records each of `outs` exported, once the server acknowledged them all: a signal moves
+    /// from `bridge/outbox/` into `bridge/sent/` (its record, annotated `action_taken:
+    /// exported` when it was taken); a broadcast gets its marker in `bridge/broadcasts/`.
+    /// One fsync per directory for the lot: a record a power loss takes back is published
+    /// again, and the stream drops the copy (spec/bridge.md §3).
+    pub fn bridge_exported(&self, outs: &[Outgoing]) -> Result<()> {
+        let (mut moved, mut marked) = (false, false);
+        for out in outs {
+            match &out.held {
+                Held::Broadcast => {
+                    if !marked {
+                        self.io.create_dir_all_synced(
+                            &self.layout.broadcasts,
+                            Some(&self.layout.root),
+                        )?;
+                        marked = true;
+                    }
+                    let marker = self.layout.broadcasts.join(Self::broadcast_marker(&out.id));
+                    let stage = atomic::stage_name(&self.layout.broadcasts, "export");
+                    self.io
+                        .write_new(&stage, format!("{}\n", out.id).as_bytes())?;
+                    if self.io.rename_noreplace(&stage, &marker)? != crate::io::Renamed::Done {
+                        self.io.remove(&stage)?;
+                    }
+                }
+                Held::Outbox(name) => {
+                    if !moved {
+                        self.io
+                            .create_dir_all_synced(&self.layout.sent, Some(&self.layout.root))?;
+                        moved = true;
+                    }
+                    let src = self.layout.outbox.join(name);
+                    atomic::with_fresh_names(&self.layout.sent, name, |_, dest| {
+                        Ok(match self.io.rename_noreplace(&src, &dest)? {
+                            crate::io::Renamed::DestExists => None,
+                            _ => Some(()),
+                        })
+                    })?;
+                }
             }
         }
+        if marked {
+            self.io.sync_dir(&self.layout.broadcasts)?;
+        }
+        if moved {
+            self.io.sync_dir(&self.layout.sent)?;
+            self.io.sync_dir(&self.layout.outbox)?;
+        }
+        Ok(())
     }
 
     /// Writes a signal from another host into `inputs/` under `file_name` (a canonical name,
@@ -430,43 +487,6 @@ impl Mailbox {
         )?))
     }
 
-    /// Moves a pending signal into `bridge/outbox/`, as the orchestrator moves one into a
-    /// buffer (spec/mailbox.md §9.3): its name in the outbox, or `None` when another consumer
-    /// took it first or it is not the file the scan routed.
-    fn take_out(
-        &self,
-        dir: &Path,
-        item: &Item,
-        pass: &mut Pass,
-    ) -> Result<Option<std::ffi::OsString>> {
-        let name = item.name.as_os_str();
-        if !self.may_move(dir, name, pass)? {
-            return Ok(None);
-        }
-        let outbox = &self.layout.outbox;
-        self.io
-            .create_dir_all_synced(outbox, Some(&self.layout.root))?;
-        let src = dir.join(name);
-        let taken = atomic::with_fresh_names(outbox, name, |_, dest| {
-            match atomic::claim(&self.io, &src, &dest, || Ok(()))? {
-                Claimed::Lost => Ok(Some(None)),
-                Claimed::Won(()) if self.moved_another(&dest, item)? => Ok(Some(None)),
-                Claimed::Won(()) => Ok(Some(dest.file_name().map(OsStr::to_os_string))),
-                Claimed::DestExists => {
-                    if !self.same_signal(&src, &dest)? {
-                        return Ok(None);
-                    }
-                    // An earlier move of this very signal, interrupted after the outbox side
-                    // became durable: finish it.
-                    self.io.remove(&src)?;
-                    self.io.sync_dir(dir)?;
-                    Ok(Some(dest.file_name().map(OsStr::to_os_string)))
-                }
-            }
-        })?;
-        Ok(taken.flatten())
-    }
-
     /// The signal in `bridge/outbox/<name>`, read; one that is not a valid signal is
     /// quarantined (`None`).
     fn outgoing_in_outbox(
@@ -528,8 +548,10 @@ fn outgoing(
         .and_then(|b| b.get("hops"))
         .and_then(Value::as_u64)
         .map_or(0, |h| h + 1);
-    let canonical = if identity::trusted(file_name, &fields) {
-        file_name.to_string()
+    // A name a no-clobber move gave way with counts as the name it had.
+    let original = identity::original_name(file_name);
+    let canonical = if identity::trusted(&original, &fields) {
+        original.to_string()
     } else {
         let micros = i64::try_from(instant.div_euclid(1000)).unwrap_or(0);
         let at: DateTime<Utc> = DateTime::from_timestamp_micros(micros).unwrap_or_default();

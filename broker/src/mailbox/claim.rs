@@ -395,6 +395,32 @@ impl Mailbox {
         self.claim_into(slot, dir, name, agent, extra, pass, Some(batch), item.seen)
     }
 
+    /// Claims the scanned `item` in `dir` for a bridge into `bridge/outbox/`, in `batch`
+    /// (durable at its commit), as [`Mailbox::claim`] claims into a slot: the record says
+    /// `exported` by `host` (spec/bridge.md §3).
+    pub(super) fn claim_for_export(
+        &self,
+        dir: &Path,
+        item: &Item,
+        host: &str,
+        pass: &mut Pass,
+        batch: &mut Batch,
+    ) -> Result<Option<Delivery>> {
+        let outbox = self.layout.outbox.clone();
+        let extra = Handled::Exported.fields(host);
+        batch.dest = Some(outbox.clone());
+        self.claim_into(
+            &outbox,
+            dir,
+            &item.name,
+            host,
+            extra,
+            pass,
+            Some(batch),
+            item.seen,
+        )
+    }
+
     /// Reads a file under a canonical name before the orchestrator moves it into a buffer:
     /// only a file sigbox wrote is complete at once ([`identity::trusted`]); any other
     /// settles like a dropped file (spec §2.4, §5). False when the file must be left (gone,
@@ -855,7 +881,7 @@ impl Mailbox {
 
     /// True when the move of the dropped `item` to `moved` took another file than the one the
     /// scan read (its name used again meanwhile): then it is put back, and settles.
-    pub(super) fn moved_another(&self, moved: &Path, item: &Item) -> Result<bool> {
+    fn moved_another(&self, moved: &Path, item: &Item) -> Result<bool> {
         let Some(seen) = item.seen else {
             return Ok(false);
         };

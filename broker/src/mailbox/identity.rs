@@ -53,7 +53,7 @@ pub(crate) fn identity(file_name: &str, fields: &Map<String, Value>, stamp: &Sta
 
 /// `file_name` without the `.dup-<12 hex>` a no-clobber move inserted before its extension. A
 /// valid canonical name is kept as it is (an agent may be called `dup-0123456789ab`).
-fn original_name(file_name: &str) -> std::borrow::Cow<'_, str> {
+pub(super) fn original_name(file_name: &str) -> std::borrow::Cow<'_, str> {
     if name::parse_canonical(file_name).is_some() {
         return file_name.into();
     }
