@@ -96,6 +96,8 @@ struct Bridge {
     wake: tokio::sync::Notify,
     /// True while filesystem events wake the exporter.
     watching: AtomicBool,
+    /// The pending broadcasts the exporter has no more to do with.
+    broadcasts_seen: Arc<Mutex<sigbox::BroadcastsSeen>>,
 }
 
 /// Runs the bridge until SIGINT or SIGTERM.
@@ -141,6 +143,7 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         stop: AtomicBool::new(false),
         wake: tokio::sync::Notify::new(),
         watching: AtomicBool::new(false),
+        broadcasts_seen: Arc::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -330,11 +333,13 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
     let mb = b.mb.clone();
     let host = b.host.clone();
     let here = lock(&b.here).clone();
+    let seen = b.broadcasts_seen.clone();
     let out: Vec<Outgoing> = tokio::task::spawn_blocking(move || -> sigbox::Result<_> {
         let mut out = mb.bridge_outbox(&host)?;
         if out.len() < EXPORT_BATCH {
             let here = |a: &str| here.contains(a);
-            out.extend(mb.bridge_take(&host, EXPORT_BATCH - out.len(), &here)?);
+            let mut seen = lock(&seen);
+            out.extend(mb.bridge_take(&host, EXPORT_BATCH - out.len(), &here, &mut seen)?);
         }
         Ok(out)
     })

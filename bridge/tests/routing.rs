@@ -309,3 +309,84 @@ fn a_planted_bridge_symlink_and_a_second_bridge_are_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn status_shows_every_host_and_the_lag_and_doctor_reports_a_stopped_bridges_outbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let mut h0 = Host::start(dir.path(), "h0", &server.url(), "status", &[]);
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "status", &[]);
+    let _planner = h1.mailbox().presence("Planner").unwrap();
+    let m0 = h0.mailbox();
+    for i in 0..3 {
+        m0.send(&steer("Zed", &format!("z{i}"))).unwrap();
+    }
+    eventually("exported", || m0.bridge_counts().unwrap().1 == 3);
+    let status = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
+            .args([
+                "--root",
+                h1.root.to_str().unwrap(),
+                "--mailbox",
+                "status",
+                "status",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    eventually(
+        "both hosts in the bucket, the Planner present on h1",
+        || {
+            let s = status();
+            s["cluster"]["hosts"]["h0"]["running"] == true
+                && s["cluster"]["hosts"]["h1"]["present"] == serde_json::json!(["Planner"])
+        },
+    );
+    let s = status();
+    assert_eq!(s["running"], true);
+    assert_eq!(s["state"]["host"], "h1");
+    // Zed's three wait in the work stream; the Planner's consumer has nothing pending.
+    assert_eq!(
+        s["cluster"]["consumers"]["stream sigbox_status"]["messages"],
+        3
+    );
+    assert_eq!(s["cluster"]["consumers"]["to-Planner"]["pending"], 0);
+    // h0's bridge stops cleanly; a signal left in its outbox is reported by doctor.
+    let exit = h0.stop().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert_eq!(h0.state()["running"], false);
+    let sent = std::fs::read_dir(h0.root.join("bridge/sent"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    std::fs::copy(
+        sent.path(),
+        h0.root.join("bridge/outbox").join(sent.file_name()),
+    )
+    .unwrap();
+    let findings = sigbox::diagnose(&h0.root, &sigbox::MailboxOptions::new());
+    let f = findings
+        .iter()
+        .find(|f| f.path.ends_with("bridge/outbox"))
+        .unwrap_or_else(|| panic!("{findings:?}"));
+    assert_eq!(f.severity, sigbox::Severity::Problem);
+    assert!(
+        f.message.contains("1 signal(s) taken for export wait here"),
+        "{}",
+        f.message
+    );
+    // Started again, it publishes it (the stream drops the copy) and the outbox empties.
+    h0.restart();
+    eventually("the outbox drained", || m0.bridge_counts().unwrap().0 == 0);
+    eventually("counted as a duplicate the stream dropped", || {
+        h0.state()["duplicates_published"] == 1
+    });
+}

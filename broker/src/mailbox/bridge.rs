@@ -73,6 +73,31 @@ impl Outgoing {
     }
 }
 
+/// The pending broadcasts a bridge has no more to do with (exported, or from another host),
+/// by name and by the file the scan saw: read once, not at every round. Kept by the caller
+/// across rounds of [`Mailbox::bridge_take`]; what is no longer pending is forgotten.
+#[derive(Debug, Default)]
+pub struct BroadcastsSeen(std::collections::HashSet<(std::ffi::OsString, Option<(u64, i128)>)>);
+
+impl BroadcastsSeen {
+    fn key(item: &Item) -> (std::ffi::OsString, Option<(u64, i128)>) {
+        (item.name.clone(), item.seen)
+    }
+
+    fn contains(&self, item: &Item) -> bool {
+        self.0.contains(&Self::key(item))
+    }
+
+    fn insert(&mut self, item: &Item) {
+        self.0.insert(Self::key(item));
+    }
+
+    fn keep_only<'a>(&mut self, pending: impl Iterator<Item = &'a Item>) {
+        let now: std::collections::HashSet<_> = pending.map(Self::key).collect();
+        self.0.retain(|k| now.contains(k));
+    }
+}
+
 /// What [`Mailbox::bridge_import`] did with a signal from another host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Imported {
@@ -210,6 +235,7 @@ impl Mailbox {
         host: &str,
         max: usize,
         here: &dyn Fn(&str) -> bool,
+        settled: &mut BroadcastsSeen,
     ) -> Result<Vec<Outgoing>> {
         let mut items: Vec<(PathBuf, Item)> = Vec::new();
         for (dir, list, _) in self.pending_items()? {
@@ -225,6 +251,7 @@ impl Mailbox {
         // Targets whose next signal could not be taken this round: their later signals wait
         // for the next round too, so that each producer's order holds in the stream.
         let mut blocked: Vec<Target> = Vec::new();
+        settled.keep_only(items.iter().map(|(_, it)| it));
         for (dir, item) in items {
             if instants.len() + broadcasts.len() >= max {
                 break;
@@ -238,8 +265,13 @@ impl Mailbox {
             let is_here = match &item.target {
                 _ if ty.is_approval() => here(&orchestrator),
                 Target::All => {
-                    if let Some(o) = self.broadcast_out(&dir, &item, host)? {
-                        broadcasts.push(o);
+                    if settled.contains(&item) {
+                        continue;
+                    }
+                    match self.broadcast_out(&dir, &item, host)? {
+                        Some(Ok(o)) => broadcasts.push(o),
+                        Some(Err(())) => settled.insert(&item),
+                        None => {}
                     }
                     continue;
                 }
@@ -445,9 +477,16 @@ impl Mailbox {
         format!("{:016x}", fnv1a(id.as_bytes()))
     }
 
-    /// A pending broadcast to export: `None` when exported already, when it came from another
-    /// host, or when it cannot be read now (a pass deals with it).
-    fn broadcast_out(&self, dir: &Path, item: &Item, host: &str) -> Result<Option<Outgoing>> {
+    /// A pending broadcast to export (`Ok(Some(Ok(_)))`); `Ok(Some(Err(())))` when there is
+    /// nothing to do with it (exported already, or from another host); `Ok(None)` when it
+    /// cannot be read now (a pass deals with it, or it settles).
+    #[allow(clippy::type_complexity)]
+    fn broadcast_out(
+        &self,
+        dir: &Path,
+        item: &Item,
+        host: &str,
+    ) -> Result<Option<std::result::Result<Outgoing, ()>>> {
         let Some(ReadOutcome::Bytes(bytes, stamp)) = self.read_resolving(dir, &item.name)? else {
             return Ok(None);
         };
@@ -467,7 +506,7 @@ impl Mailbox {
             return Ok(None);
         }
         if sig.fields.contains_key(BRIDGED) {
-            return Ok(None);
+            return Ok(Some(Err(())));
         }
         let id = identity::identity(&fname, &sig.fields, &stamp);
         if self
@@ -475,16 +514,16 @@ impl Mailbox {
             .stamp(&self.layout.broadcasts.join(Self::broadcast_marker(&id)))?
             .is_some()
         {
-            return Ok(None);
+            return Ok(Some(Err(())));
         }
-        Ok(Some(outgoing(
+        Ok(Some(Ok(outgoing(
             id,
             &fname,
             sig,
             item.instant,
             host,
             Held::Broadcast,
-        )?))
+        )?)))
     }
 
     /// The signal in `bridge/outbox/<name>`, read; one that is not a valid signal is

@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 
-pub use bridge::{BRIDGED, Imported, Outgoing};
+pub use bridge::{BRIDGED, BroadcastsSeen, Imported, Outgoing};
 pub use layout::LAYOUT;
 pub(crate) use layout::{Layout, NAME_MAX};
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
