@@ -1171,56 +1171,20 @@ fn crash_during_a_bridge_export_and_import() {
             states += 1;
             let ctx =
                 format!("bridge export: crash at effect {n} (completed: {completed}, {mode:?})");
-            let outbox = bridge_dir_stems(&crashed, "outbox");
-            let sent = bridge_dir_stems(&crashed, "sent");
-            let (after, rejected) = drain(&crashed);
-            assert!(rejected.is_empty(), "{ctx}: {rejected:?}");
-            let seen = check_deliveries(&ctx, after.iter());
-            let delivered = |a: &str, id: &str| seen.contains(&(a.to_string(), id.to_string()));
-            for (a, ids) in &b.expected {
-                for id in ids {
-                    let here = delivered(a, id);
-                    let waiting = outbox.contains(id);
-                    let recorded = sent.contains(id);
-                    if *a == "Executor" || *id == b.broadcast {
-                        assert!(
-                            here,
-                            "{ctx}: {id} for {a}, an agent here, was not delivered"
-                        );
-                        assert!(!waiting && !recorded, "{ctx}: {id} for {a} was exported");
-                        continue;
-                    }
-                    assert!(
-                        here || waiting || recorded,
-                        "{ctx}: {id} for {a} is lost: neither delivered nor in the outbox nor sent"
-                    );
-                    // Delivered here and exported would reach its agent twice. In the outbox
-                    // and recorded sent (the record's rename half durable) is published again,
-                    // and the stream drops the copy by its id.
-                    assert!(
-                        !(here && (waiting || recorded)),
-                        "{ctx}: {id} for {a} is delivered here and exported (outbox {waiting}, sent {recorded})"
-                    );
-                    assert!(
-                        !recorded || published.contains(id),
-                        "{ctx}: {id} recorded exported but never published"
-                    );
+            check_bridge_image(&ctx, &crashed, &b, &published, imported, import_id);
+            if mode == Mode::Link {
+                // Another process synced inputs/ and the buffers just before the crash: by
+                // link, that loses nothing either (spec/mailbox.md §9.10).
+                std::fs::remove_dir_all(&crashed).unwrap();
+                let mut shared = model.clone();
+                let mut dirs = vec![work.join("inputs")];
+                dirs.extend(shared.live_dirs(&work.join("buffered")));
+                for d in dirs {
+                    shared.apply(&Op::SyncDir(d));
                 }
-            }
-            if imported {
-                assert!(
-                    delivered("Executor", import_id),
-                    "{ctx}: the imported signal was lost"
-                );
-            }
-            // The next bridge reads its outbox without error and publishes what waits there.
-            let again = opts().open(&crashed).unwrap().bridge_outbox("h0").unwrap();
-            for o in &again {
-                assert!(
-                    outbox.contains(&sigbox_tests::stem(&o.id)),
-                    "{ctx}: {} not from the outbox",
-                    o.id
-                );
+                shared.durable(&crashed);
+                let ctx = format!("{ctx}, shared directories synced by another process");
+                check_bridge_image(&ctx, &crashed, &b, &published, imported, import_id);
             }
             std::fs::remove_dir_all(&work).unwrap();
             std::fs::remove_dir_all(&crashed).unwrap();
@@ -1231,5 +1195,67 @@ fn crash_during_a_bridge_export_and_import() {
         }
         eprintln!("bridge export and import: {states} crash states checked ({mode:?})");
         assert!(states >= 10, "{states}");
+    }
+}
+
+/// The checks of `crash_during_a_bridge_export_and_import` on one crash image.
+fn check_bridge_image(
+    ctx: &str,
+    crashed: &Path,
+    b: &Base,
+    published: &BTreeSet<String>,
+    imported: bool,
+    import_id: &str,
+) {
+    let outbox = bridge_dir_stems(crashed, "outbox");
+    let sent = bridge_dir_stems(crashed, "sent");
+    let (after, rejected) = drain(crashed);
+    assert!(rejected.is_empty(), "{ctx}: {rejected:?}");
+    let seen = check_deliveries(ctx, after.iter());
+    let delivered = |a: &str, id: &str| seen.contains(&(a.to_string(), id.to_string()));
+    for (a, ids) in &b.expected {
+        for id in ids {
+            let here = delivered(a, id);
+            let waiting = outbox.contains(id);
+            let recorded = sent.contains(id);
+            if *a == "Executor" || *id == b.broadcast {
+                assert!(
+                    here,
+                    "{ctx}: {id} for {a}, an agent here, was not delivered"
+                );
+                assert!(!waiting && !recorded, "{ctx}: {id} for {a} was exported");
+                continue;
+            }
+            assert!(
+                here || waiting || recorded,
+                "{ctx}: {id} for {a} is lost: neither delivered nor in the outbox nor sent"
+            );
+            // Delivered here and exported would reach its agent twice. In the outbox
+            // and recorded sent (the record's rename half durable) is published again,
+            // and the stream drops the copy by its id.
+            assert!(
+                !(here && (waiting || recorded)),
+                "{ctx}: {id} for {a} is delivered here and exported (outbox {waiting}, sent {recorded})"
+            );
+            assert!(
+                !recorded || published.contains(id),
+                "{ctx}: {id} recorded exported but never published"
+            );
+        }
+    }
+    if imported {
+        assert!(
+            delivered("Executor", import_id),
+            "{ctx}: the imported signal was lost"
+        );
+    }
+    // The next bridge reads its outbox without error and publishes what waits there.
+    let again = opts().open(crashed).unwrap().bridge_outbox("h0").unwrap();
+    for o in &again {
+        assert!(
+            outbox.contains(&sigbox_tests::stem(&o.id)),
+            "{ctx}: {} not from the outbox",
+            o.id
+        );
     }
 }

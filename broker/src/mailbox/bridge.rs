@@ -24,7 +24,7 @@ use super::{HANDLING_ROOM, Mailbox, identity, lossy};
 use crate::atomic::{self, Clobber, Placed};
 use crate::body;
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::ReadOutcome;
+use crate::io::{Linked, ReadOutcome};
 use crate::name;
 use crate::signal::{SignalType, Target};
 
@@ -345,6 +345,7 @@ impl Mailbox {
     /// again, and the stream drops the copy (spec/bridge.md §3).
     pub fn bridge_exported(&self, outs: &[Outgoing]) -> Result<()> {
         let (mut moved, mut marked) = (false, false);
+        let mut linked: Vec<PathBuf> = Vec::new();
         for out in outs {
             match &out.held {
                 Held::Broadcast => {
@@ -371,6 +372,21 @@ impl Mailbox {
                     }
                     let src = self.layout.outbox.join(name);
                     atomic::with_fresh_names(&self.layout.sent, name, |_, dest| {
+                        // Where renames are not atomic across directories, a link now and the
+                        // outbox's name removed after the fsync of sent/ (spec/mailbox.md
+                        // §9.10): a power loss leaves the record in one place or two, never in
+                        // none.
+                        if self.io.link_claims() {
+                            match self.io.link_exclusive(&src, &dest)? {
+                                Linked::Done(_) => {
+                                    linked.push(src.clone());
+                                    return Ok(Some(()));
+                                }
+                                Linked::DestExists => return Ok(None),
+                                Linked::SourceGone => return Ok(Some(())),
+                                Linked::Busy | Linked::Unlinkable => {}
+                            }
+                        }
                         Ok(match self.io.rename_noreplace(&src, &dest)? {
                             crate::io::Renamed::DestExists => None,
                             _ => Some(()),
@@ -384,6 +400,10 @@ impl Mailbox {
         }
         if moved {
             self.io.sync_dir(&self.layout.sent)?;
+            for src in &linked {
+                // Only while the record in sent/ still holds the file.
+                self.io.remove_second_link(src)?;
+            }
             self.io.sync_dir(&self.layout.outbox)?;
         }
         Ok(())
