@@ -377,7 +377,10 @@ pub(crate) fn is_stage_name(name: &OsStr) -> bool {
         && tail
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        && matches!(hint, "send" | "ack" | "reason" | "marker" | "claim")
+        && matches!(
+            hint,
+            "send" | "ack" | "reason" | "marker" | "claim" | "state" | "export"
+        )
 }
 
 #[cfg(test)]

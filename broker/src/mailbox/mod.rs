@@ -311,7 +311,8 @@ impl Mailbox {
 
     /// Removes staging files older than `age` that crashed writers left, at most `limit` per
     /// call: everything in `tmp/`, and sigbox's own staging names (`.<pid>.<hex>.<hint>.tmp`)
-    /// in `inputs/`, `rejected/`, the ack directories and the claim slots. Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
+    /// in `inputs/`, `rejected/`, the ack directories, the claim slots and a bridge's
+    /// directories. Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
     /// many inodes are freed (`spec/mailbox.md` §9.7): spread large clean-ups over time.
     pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
         let now = ns_of(SystemTime::now());
@@ -327,6 +328,15 @@ impl Mailbox {
         dirs.push((self.layout.inputs.clone(), true));
         dirs.push((self.layout.rejected.clone(), true));
         dirs.push((self.layout.agents.clone(), true));
+        // A bridge's directories (spec/bridge.md §7): its state and markers staged there.
+        for d in [
+            &self.layout.bridge,
+            &self.layout.outbox,
+            &self.layout.sent,
+            &self.layout.broadcasts,
+        ] {
+            dirs.push((d.clone(), true));
+        }
         for e in self.io.list(&self.layout.acks, true)? {
             if e.kind == EntryKind::Dir {
                 dirs.push((self.layout.acks.join(&e.name), true));
