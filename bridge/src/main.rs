@@ -5,6 +5,7 @@
 //! - `names.rs`: streams, subjects and consumers, named once.
 //! - `status.rs`: `sigbox bridge status`.
 
+mod hosts;
 mod names;
 mod run;
 mod status;
@@ -33,9 +34,10 @@ pub(crate) struct Cli {
     /// The NATS server (or several, comma-separated), e.g. nats://127.0.0.1:4222.
     #[arg(long, env = "SIGBOX_NATS", global = true)]
     pub(crate) nats: Option<String>,
-    /// The mailbox's name in the stream: bridges with the same name form one mailbox.
-    #[arg(long, env = "SIGBOX_MAILBOX", default_value = "default", global = true)]
-    pub(crate) mailbox: String,
+    /// The mailbox's name in the stream: bridges with the same name form one mailbox
+    /// (default: `default`; `status` takes the one the bridge of this root ran with).
+    #[arg(long, env = "SIGBOX_MAILBOX", global = true)]
+    pub(crate) mailbox: Option<String>,
     /// This host's name among the bridges (default: the system's host name).
     #[arg(long, env = "SIGBOX_HOST")]
     pub(crate) host: Option<String>,

@@ -49,6 +49,11 @@ impl Names {
         })
     }
 
+    /// The mailbox's name.
+    pub(crate) fn mailbox(&self) -> &str {
+        &self.mailbox
+    }
+
     /// The work-queue stream: targeted and orchestrator signals, each consumed once.
     pub(crate) fn work_stream(&self) -> String {
         format!("sigbox_{}", self.mailbox)

@@ -20,10 +20,16 @@ use sigbox::{Imported, Mailbox, MailboxOptions, Outgoing};
 use tokio::task::JoinHandle;
 
 use crate::Cli;
+use crate::hosts::Hosts;
 use crate::names::{self, Names, header};
+
+/// The mailbox's name when `--mailbox` is not given.
+pub(crate) const DEFAULT_MAILBOX: &str = "default";
 
 /// How many signals one export round takes and publishes before waiting for their acks.
 const EXPORT_BATCH: usize = 256;
+/// Room left for a message's headers under the server's `max_payload`.
+const HEADROOM: usize = 1024;
 /// How long the exporter sleeps when nothing was waiting and no filesystem events come (a
 /// network or FUSE filesystem).
 const EXPORT_IDLE: Duration = Duration::from_millis(20);
@@ -47,15 +53,15 @@ struct Counters {
     already_here: AtomicU64,
     own_broadcasts: AtomicU64,
     refused: AtomicU64,
+    refused_exports: AtomicU64,
     errors: AtomicU64,
-    connected: AtomicBool,
     last_error: Mutex<Option<String>>,
     present: Mutex<Vec<String>>,
 }
 
 impl Counters {
     /// The counts that run on across restarts, by their name in the state file.
-    fn cumulative(&self) -> [(&'static str, &AtomicU64); 8] {
+    fn cumulative(&self) -> [(&'static str, &AtomicU64); 9] {
         [
             ("exported", &self.exported),
             ("exported_broadcasts", &self.exported_broadcasts),
@@ -64,6 +70,7 @@ impl Counters {
             ("already_here", &self.already_here),
             ("own_broadcasts", &self.own_broadcasts),
             ("refused", &self.refused),
+            ("refused_exports", &self.refused_exports),
             ("errors", &self.errors),
         ]
     }
@@ -88,8 +95,15 @@ struct Bridge {
     /// The agents whose signals are for this host (present now, or lingering and present on
     /// no other host): the exporter leaves their signals here.
     here: Mutex<HashSet<String>>,
-    /// The agents present now on other hosts, from the hosts bucket.
-    elsewhere: Mutex<HashSet<String>>,
+    /// Each agent's lock-file mtime when this bridge last recorded it as this host's.
+    claimed: Mutex<HashMap<String, i128>>,
+    /// The connection, once made: whether it is up now is in the state.
+    client: std::sync::OnceLock<async_nats::Client>,
+    /// How the streams are made when missing (again after a server lost them).
+    setup: Setup,
+    /// Why the bridge stops by itself (another bridge under its host name).
+    fatal: Mutex<Option<String>>,
+    stop_now: tokio::sync::Notify,
     started: String,
     stop: AtomicBool,
     /// Wakes the exporter: a change in `inputs/` or a buffer, or in which agents are here.
@@ -105,7 +119,15 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     let Some(url) = cli.nats.clone() else {
         bail!("--nats URL is needed (or SIGBOX_NATS): the NATS server to join");
     };
-    let names = Names::new(&cli.mailbox)?;
+    for u in server_list(&url) {
+        if let Err(e) = u.parse::<async_nats::ServerAddr>() {
+            bail!("--nats {u:?}: not a NATS server address ({e}); e.g. nats://10.0.0.5:4222");
+        }
+    }
+    if server_list(&url).is_empty() {
+        bail!("--nats is empty: name the NATS server, e.g. nats://10.0.0.5:4222");
+    }
+    let names = Names::new(cli.mailbox.as_deref().unwrap_or(DEFAULT_MAILBOX))?;
     let host = names::host_name(cli.host.as_deref())?;
     let mut opts = MailboxOptions::new();
     opts.settle(cli.settle);
@@ -138,7 +160,15 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         linger: cli.linger,
         counts,
         here: Mutex::default(),
-        elsewhere: Mutex::default(),
+        claimed: Mutex::default(),
+        client: std::sync::OnceLock::new(),
+        setup: Setup {
+            replicas: cli.replicas,
+            dedup_window: cli.dedup_window,
+            broadcast_age: cli.broadcast_age,
+        },
+        fatal: Mutex::default(),
+        stop_now: tokio::sync::Notify::new(),
         started: chrono::Utc::now().to_rfc3339(),
         stop: AtomicBool::new(false),
         wake: tokio::sync::Notify::new(),
@@ -149,14 +179,14 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(serve(bridge.clone(), cli))?;
+    rt.block_on(serve(bridge.clone()))?;
     // The last state, written with the lock still held: not running from here on.
     write_state(&bridge, false);
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(b: Arc<Bridge>, cli: &Cli) -> Result<()> {
-    tracing::info!(host = %b.host, mailbox = %cli.mailbox, nats = %b.nats, root = ?b.mb.root(), "bridge starting");
+async fn serve(b: Arc<Bridge>) -> Result<()> {
+    tracing::info!(host = %b.host, mailbox = %b.names.mailbox(), nats = %b.nats, root = ?b.mb.root(), "bridge starting");
     let client = loop {
         match async_nats::ConnectOptions::new()
             .name(format!("sigbox-bridge {}", b.host))
@@ -165,7 +195,8 @@ async fn serve(b: Arc<Bridge>, cli: &Cli) -> Result<()> {
         {
             Ok(c) => break c,
             Err(e) => {
-                b.counts.error("cannot connect to the NATS server", &e);
+                b.counts
+                    .error(&format!("cannot connect to the NATS server {}", b.nats), &e);
                 write_state(&b, true);
                 if wait_or_stop(RETRY * 4).await {
                     return Ok(());
@@ -173,29 +204,43 @@ async fn serve(b: Arc<Bridge>, cli: &Cli) -> Result<()> {
             }
         }
     };
+    let _ = b.client.set(client.clone());
     let js = jetstream::new(client);
-    let (work, all, hosts) = loop {
-        match setup(&js, &b.names, cli).await {
-            Ok(s) => break s,
+    let hosts = loop {
+        let made = match setup(&js, &b.names, &b.setup).await {
+            Ok(kv) => Hosts::open(kv, &b.host, state_of(&b, true)).await,
+            Err(e) => Err(e),
+        };
+        match made {
+            Ok(h) => break Arc::new(h),
+            Err(e) if e.to_string().contains("another bridge runs as host") => return Err(e),
             Err(e) => {
                 b.counts
                     .error("cannot set up the streams", &format!("{e:#}"));
+                write_state(&b, true);
                 if wait_or_stop(RETRY * 4).await {
                     return Ok(());
                 }
             }
         }
     };
-    b.counts.connected.store(true, Ordering::Relaxed);
     tracing::info!(host = %b.host, "bridge running");
-    // Nothing is exported before it is known which agents are here and elsewhere: a bridge
-    // that starts (or restarts) must not send this host's signals away.
+    {
+        let h = hosts.clone();
+        let b = b.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = h.watch_owners().await {
+                    b.counts.error("agents' hosts", &format!("{e:#}"));
+                }
+                tokio::time::sleep(RETRY).await;
+            }
+        });
+    }
+    // Nothing is exported before it is known which agents are here: a bridge that starts (or
+    // restarts) must not send this host's signals away.
     loop {
-        match present_elsewhere(&b, &hosts).await {
-            Ok(agents) => *lock(&b.elsewhere) = agents,
-            Err(e) => b.counts.error("cannot read the other hosts' presence", &e),
-        }
-        if let Some((here, present)) = look_at_presence(&b).await {
+        if let Some((here, present)) = look_at_presence(&b, &hosts).await {
             *lock(&b.here) = here;
             *lock(&b.counts.present) = present;
             break;
@@ -209,15 +254,19 @@ async fn serve(b: Arc<Bridge>, cli: &Cli) -> Result<()> {
         tokio::spawn(export_loop(b.clone(), js.clone())),
         tokio::spawn(import_loop(
             b.clone(),
-            all.clone(),
+            js.clone(),
+            b.names.broadcast_stream(),
             names::host_consumer(&b.host),
             b.names.broadcast_subject(),
             true,
         )),
-        tokio::spawn(state_loop(b.clone(), hosts)),
+        tokio::spawn(state_loop(b.clone(), hosts.clone())),
     ];
-    tasks.push(tokio::spawn(presence_loop(b.clone(), work)));
-    shutdown_signal().await;
+    tasks.push(tokio::spawn(presence_loop(b.clone(), js.clone(), hosts)));
+    tokio::select! {
+        () = shutdown_signal() => {}
+        () = b.stop_now.notified() => {}
+    }
     tracing::info!("stopping");
     b.stop.store(true, Ordering::Relaxed);
     // The exporter finishes the round it is in (what it published is marked exported), the
@@ -227,40 +276,44 @@ async fn serve(b: Arc<Bridge>, cli: &Cli) -> Result<()> {
     for t in tasks {
         t.abort();
     }
-    Ok(())
+    match lock(&b.fatal).take() {
+        Some(why) => Err(anyhow!(why)),
+        None => Ok(()),
+    }
+}
+
+/// How the streams and the bucket are made when missing.
+struct Setup {
+    replicas: usize,
+    dedup_window: Duration,
+    broadcast_age: Duration,
 }
 
 /// Creates what is missing on the server: the two streams and the hosts bucket.
-async fn setup(
-    js: &Context,
-    names: &Names,
-    cli: &Cli,
-) -> Result<(stream::Stream, stream::Stream, kv::Store)> {
-    let work = js
-        .get_or_create_stream(stream::Config {
-            name: names.work_stream(),
-            subjects: names.work_subjects(),
-            retention: RetentionPolicy::WorkQueue,
-            storage: StorageType::File,
-            num_replicas: cli.replicas,
-            duplicate_window: cli.dedup_window,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| anyhow!("stream {}: {e}", names.work_stream()))?;
-    let all = js
-        .get_or_create_stream(stream::Config {
-            name: names.broadcast_stream(),
-            subjects: vec![names.broadcast_subject()],
-            retention: RetentionPolicy::Limits,
-            storage: StorageType::File,
-            num_replicas: cli.replicas,
-            max_age: cli.broadcast_age,
-            duplicate_window: cli.dedup_window.min(cli.broadcast_age),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| anyhow!("stream {}: {e}", names.broadcast_stream()))?;
+async fn setup(js: &Context, names: &Names, cli: &Setup) -> Result<kv::Store> {
+    js.get_or_create_stream(stream::Config {
+        name: names.work_stream(),
+        subjects: names.work_subjects(),
+        retention: RetentionPolicy::WorkQueue,
+        storage: StorageType::File,
+        num_replicas: cli.replicas,
+        duplicate_window: cli.dedup_window,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| anyhow!("stream {}: {e}", names.work_stream()))?;
+    js.get_or_create_stream(stream::Config {
+        name: names.broadcast_stream(),
+        subjects: vec![names.broadcast_subject()],
+        retention: RetentionPolicy::Limits,
+        storage: StorageType::File,
+        num_replicas: cli.replicas,
+        max_age: cli.broadcast_age,
+        duplicate_window: cli.dedup_window.min(cli.broadcast_age),
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| anyhow!("stream {}: {e}", names.broadcast_stream()))?;
     let hosts = match js.get_key_value(names.hosts_bucket()).await {
         Ok(s) => s,
         Err(_) => js
@@ -274,7 +327,7 @@ async fn setup(
             .await
             .map_err(|e| anyhow!("bucket {}: {e}", names.hosts_bucket()))?,
     };
-    Ok((work, all, hosts))
+    Ok(hosts)
 }
 
 /// Takes what no agent here can take and publishes it; marks each exported once the server
@@ -294,6 +347,11 @@ async fn export_loop(b: Arc<Bridge>, js: Context) {
             Err(e) => {
                 b.counts.error("export", &format!("{e:#}"));
                 tokio::time::sleep(RETRY).await;
+                // A server that lost the streams (wiped, replaced) gets them again.
+                if let Err(e) = setup(&js, &b.names, &b.setup).await {
+                    b.counts
+                        .error("cannot set up the streams", &format!("{e:#}"));
+                }
             }
         }
     }
@@ -347,6 +405,28 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
     if out.is_empty() {
         return Ok(0);
     }
+    // What the server would refuse for its size can never cross: it leaves the round (the
+    // rest are not held up behind it), quarantined with the reason.
+    let max = b.client.get().map_or(usize::MAX, |c| {
+        usize::try_from(c.server_info().max_payload).unwrap_or(usize::MAX)
+    });
+    let (out, too_big): (Vec<Outgoing>, Vec<Outgoing>) = out
+        .into_iter()
+        .partition(|o| o.body.len() + HEADROOM <= max);
+    for o in too_big {
+        let reason = format!(
+            "{} bytes as it would cross to another host, over the server's max_payload of {max} \
+             bytes (with {HEADROOM} for headers)",
+            o.body.len()
+        );
+        b.counts.refused_exports.fetch_add(1, Ordering::Relaxed);
+        b.counts.error(&format!("cannot export {}", o.id), &reason);
+        let (mb, host) = (b.mb.clone(), b.host.clone());
+        tokio::task::spawn_blocking(move || mb.bridge_refuse(&o, &host, &reason)).await??;
+    }
+    if out.is_empty() {
+        return Ok(1);
+    }
     let mut acks = Vec::with_capacity(out.len());
     for o in &out {
         let mut headers = HeaderMap::new();
@@ -397,9 +477,14 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
     }
 }
 
-/// Which agents are this host's: present now, or seen here within `--linger` and present on
-/// no other host; and those present now. `None` when presence cannot be read.
-async fn look_at_presence(b: &Arc<Bridge>) -> Option<(HashSet<String>, Vec<String>)> {
+/// Which agents are this host's (spec/bridge.md §1): present here now, or seen here within
+/// `--linger` and last seen on this host (the hosts bucket's `agent.<agent>`, in the server's
+/// order); and those present now. Records in the bucket each agent whose presence was taken
+/// here since the last look. `None` when presence cannot be read.
+async fn look_at_presence(
+    b: &Arc<Bridge>,
+    hosts: &Hosts,
+) -> Option<(HashSet<String>, Vec<String>)> {
     let mb = b.mb.clone();
     let linger = b.linger;
     let seen = match tokio::task::spawn_blocking(move || mb.agents_seen(linger)).await {
@@ -413,27 +498,43 @@ async fn look_at_presence(b: &Arc<Bridge>) -> Option<(HashSet<String>, Vec<Strin
             return None;
         }
     };
-    let elsewhere = lock(&b.elsewhere).clone();
+    for (agent, now, mtime) in &seen {
+        let last = lock(&b.claimed).get(agent).copied();
+        let fresh = last.is_none_or(|t| *mtime > t);
+        let lost = *now && hosts.owner(agent).as_deref() != Some(b.host.as_str());
+        // Taken here since the last look (a poll, a wait, a hook), or present here and
+        // recorded elsewhere without having been taken here since.
+        if fresh || (lost && last.is_none()) {
+            match hosts.claim_agent(agent).await {
+                Ok(()) => {
+                    lock(&b.claimed).insert(agent.clone(), *mtime);
+                }
+                Err(e) => b
+                    .counts
+                    .error("cannot record an agent's host", &format!("{e:#}")),
+            }
+        }
+    }
     let here = seen
         .iter()
-        .filter(|(a, now)| *now || !elsewhere.contains(a))
-        .map(|(a, _)| a.clone())
+        .filter(|(a, now, _)| *now || hosts.owner(a).is_none_or(|h| h == b.host))
+        .map(|(a, _, _)| a.clone())
         .collect();
     let present = seen
         .iter()
-        .filter(|(_, now)| *now)
-        .map(|(a, _)| a.clone())
+        .filter(|(_, now, _)| *now)
+        .map(|(a, _, _)| a.clone())
         .collect();
     Some((here, present))
 }
 
 /// Starts an importer for each agent present here (and for the orchestrator's signals where
 /// it runs), and stops it when the agent leaves.
-async fn presence_loop(b: Arc<Bridge>, work: stream::Stream) {
+async fn presence_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
     let mut running: HashMap<String, JoinHandle<()>> = HashMap::new();
     loop {
         // On an error, what was known stays: an empty set would export every agent's signals.
-        let Some((here, present)) = look_at_presence(&b).await else {
+        let Some((here, present)) = look_at_presence(&b, &hosts).await else {
             tokio::time::sleep(PRESENCE_EVERY).await;
             continue;
         };
@@ -463,7 +564,8 @@ async fn presence_loop(b: Arc<Bridge>, work: stream::Stream) {
                 tracing::info!(consumer = %slot.key(), "agent present: importer started");
                 let t = tokio::spawn(import_loop(
                     b.clone(),
-                    work.clone(),
+                    js.clone(),
+                    b.names.work_stream(),
                     slot.key().clone(),
                     subject,
                     false,
@@ -482,27 +584,37 @@ async fn presence_loop(b: Arc<Bridge>, work: stream::Stream) {
 /// again before any later one, so each producer's order holds.
 async fn import_loop(
     b: Arc<Bridge>,
-    stream: stream::Stream,
+    js: Context,
+    stream: String,
     consumer: String,
     subject: String,
     broadcasts: bool,
 ) {
     loop {
-        if let Err(e) = import_from(&b, &stream, &consumer, &subject, broadcasts).await {
+        if let Err(e) = import_from(&b, &js, &stream, &consumer, &subject, broadcasts).await {
             b.counts
                 .error(&format!("import from {consumer}"), &format!("{e:#}"));
             tokio::time::sleep(RETRY).await;
+            if let Err(e) = setup(&js, &b.names, &b.setup).await {
+                b.counts
+                    .error("cannot set up the streams", &format!("{e:#}"));
+            }
         }
     }
 }
 
 async fn import_from(
     b: &Arc<Bridge>,
-    stream: &stream::Stream,
+    js: &Context,
+    stream: &str,
     consumer: &str,
     subject: &str,
     broadcasts: bool,
 ) -> Result<()> {
+    let stream = js
+        .get_stream(stream)
+        .await
+        .map_err(|e| anyhow!("stream {stream}: {e}"))?;
     let c: async_nats::jetstream::consumer::PullConsumer = stream
         .get_or_create_consumer(
             consumer,
@@ -538,7 +650,7 @@ async fn import_one(b: &Arc<Bridge>, m: &jetstream::Message, broadcasts: bool) -
             .and_then(|hs| hs.get(h))
             .map(|v| v.as_str().to_string())
     };
-    let from = get(header::HOST).unwrap_or_default();
+    let from = get(header::HOST).unwrap_or_else(|| "an unnamed host".into());
     if broadcasts && from == b.host {
         // This host's own broadcast: its agents have it from inputs/ already.
         b.counts.own_broadcasts.fetch_add(1, Ordering::Relaxed);
@@ -597,62 +709,23 @@ async fn double_ack(m: &jetstream::Message) -> Result<()> {
 }
 
 /// Writes `bridge/state.json` and this host's entry in the hosts bucket every second.
-async fn state_loop(b: Arc<Bridge>, hosts: kv::Store) {
+async fn state_loop(b: Arc<Bridge>, hosts: Arc<Hosts>) {
     loop {
         let state = write_state(&b, true);
-        let bytes = serde_json::to_vec(&state).unwrap_or_default();
-        if let Err(e) = hosts.put(&b.host, bytes.into()).await {
-            b.counts.error("cannot record this host in the bucket", &e);
-        }
-        match present_elsewhere(&b, &hosts).await {
-            Ok(agents) => *lock(&b.elsewhere) = agents,
-            Err(e) => b.counts.error("cannot read the other hosts' presence", &e),
+        match hosts.publish(state).await {
+            Ok(()) => {}
+            Err(e) if e.downcast_ref::<crate::hosts::Clash>().is_some() => {
+                tracing::error!("{e}");
+                *lock(&b.fatal) = Some(e.to_string());
+                b.stop_now.notify_one();
+                return;
+            }
+            Err(e) => b
+                .counts
+                .error("cannot record this host in the bucket", &format!("{e:#}")),
         }
         tokio::time::sleep(STATE_EVERY).await;
     }
-}
-
-/// How old another host's entry may be and still count: a bridge writes its own every
-/// [`STATE_EVERY`].
-const HOST_FRESH: Duration = Duration::from_secs(10);
-
-/// The agents present now on the other hosts whose bridge wrote its entry lately.
-async fn present_elsewhere(
-    b: &Bridge,
-    hosts: &kv::Store,
-) -> Result<HashSet<String>, async_nats::Error> {
-    let mut out = HashSet::new();
-    let mut keys = hosts.keys().await?;
-    let now = chrono::Utc::now();
-    while let Some(k) = keys.next().await {
-        let k = k?;
-        if k == b.host {
-            continue;
-        }
-        let Some(v) = hosts.get(&k).await? else {
-            continue;
-        };
-        let Ok(state) = serde_json::from_slice::<Value>(&v) else {
-            continue;
-        };
-        let fresh = state["updated_at"]
-            .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .is_some_and(|t| {
-                now.signed_duration_since(t).to_std().unwrap_or_default() < HOST_FRESH
-            });
-        if fresh && state["running"].as_bool() == Some(true) {
-            out.extend(
-                state["present"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string),
-            );
-        }
-    }
-    Ok(out)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -661,6 +734,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// This host's state, written to `bridge/state.json`; returned.
 fn write_state(b: &Bridge, running: bool) -> Value {
+    let state = state_of(b, running);
+    let mut bytes = serde_json::to_vec_pretty(&state).unwrap_or_default();
+    bytes.push(b'\n');
+    if let Err(e) = b.mb.bridge_write_state(&bytes) {
+        tracing::warn!("cannot write the bridge's state: {e}");
+    }
+    state
+}
+
+/// This host's state now.
+fn state_of(b: &Bridge, running: bool) -> Value {
     let c = &b.counts;
     let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let (outbox, sent) = b.mb.bridge_counts().unwrap_or_default();
@@ -671,7 +755,10 @@ fn write_state(b: &Bridge, running: bool) -> Value {
         "nats": b.nats,
         "pid": std::process::id(),
         "running": running,
-        "connected": c.connected.load(Ordering::Relaxed),
+        "connected": b.client.get().is_some_and(|c| {
+            c.connection_state() == async_nats::connection::State::Connected
+        }),
+        "mailbox": b.names.mailbox(),
         "started_at": b.started,
         "updated_at": chrono::Utc::now().to_rfc3339(),
         "present": *lock(&c.present),
@@ -683,11 +770,6 @@ fn write_state(b: &Bridge, running: bool) -> Value {
     let mut state = state;
     for (key, counter) in c.cumulative() {
         state[key] = json!(n(counter));
-    }
-    let mut bytes = serde_json::to_vec_pretty(&state).unwrap_or_default();
-    bytes.push(b'\n');
-    if let Err(e) = b.mb.bridge_write_state(&bytes) {
-        tracing::warn!("cannot write the bridge's state: {e}");
     }
     state
 }

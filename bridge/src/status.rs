@@ -13,7 +13,6 @@ use crate::Cli;
 use crate::names::Names;
 
 pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
-    let names = Names::new(&cli.mailbox)?;
     let mut opts = MailboxOptions::new();
     opts.settle(cli.settle);
     let mb = opts.open(&cli.root)?;
@@ -27,6 +26,13 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
         None => None,
     };
     let running = mb.bridge_running()?;
+    // The mailbox this root's bridge ran with, unless one is named.
+    let mailbox = cli
+        .mailbox
+        .clone()
+        .or_else(|| state.as_ref()?.get("mailbox")?.as_str().map(str::to_string))
+        .unwrap_or_else(|| crate::run::DEFAULT_MAILBOX.to_string());
+    let names = Names::new(&mailbox)?;
     let (outbox, sent) = mb.bridge_counts()?;
     let url = cli
         .nats
@@ -54,10 +60,11 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
         "sent": sent,
         "state": state,
         "server": url,
+        "mailbox": mailbox,
         "cluster": cluster,
     });
     if as_json {
-        println!("{report}");
+        emit(&format!("{report}\n"));
         return Ok(ExitCode::SUCCESS);
     }
     print_text(&report);
@@ -71,12 +78,17 @@ async fn cluster_view(url: &str, names: &Names) -> Result<Value> {
         .map_err(|e| anyhow!("cannot connect ({})", e.kind()))?;
     let js = async_nats::jetstream::new(client);
     let mut hosts = serde_json::Map::new();
+    let mut agents = serde_json::Map::new();
     if let Ok(kv) = js.get_key_value(names.hosts_bucket()).await {
         let mut keys = kv.keys().await?;
         while let Some(k) = keys.next().await {
             let k = k?;
-            if let Some(v) = kv.get(&k).await? {
-                hosts.insert(k, serde_json::from_slice(&v).unwrap_or(Value::Null));
+            let Some(v) = kv.get(&k).await? else { continue };
+            let v: Value = serde_json::from_slice(&v).unwrap_or(Value::Null);
+            if let Some(h) = k.strip_prefix("host.") {
+                hosts.insert(h.to_string(), v);
+            } else if let Some(a) = k.strip_prefix("agent.") {
+                agents.insert(a.to_string(), v["host"].clone());
             }
         }
     }
@@ -104,77 +116,131 @@ async fn cluster_view(url: &str, names: &Names) -> Result<Value> {
             json!({"messages": st.messages, "last_seq": st.last_sequence}),
         );
     }
-    Ok(json!({"hosts": hosts, "consumers": lag}))
+    Ok(json!({"hosts": hosts, "agents": agents, "consumers": lag}))
+}
+
+/// A value as text: a string as it is, a number as digits, anything else `?`.
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        _ => "?".into(),
+    }
+}
+
+/// How long ago an RFC 3339 instant was, by this machine's clock.
+fn age(v: &Value) -> Option<i64> {
+    let t = chrono::DateTime::parse_from_rfc3339(v.as_str()?).ok()?;
+    Some((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds())
 }
 
 fn print_text(r: &Value) {
+    use std::fmt::Write as _;
+    let mut o = String::new();
     let s = &r["state"];
-    println!(
-        "bridge on {}: {}",
-        r["root"].as_str().unwrap_or("?"),
-        if r["running"].as_bool() == Some(true) {
+    let _ = writeln!(
+        o,
+        "bridge on {} (mailbox {}): {}",
+        text(&r["root"]),
+        text(&r["mailbox"]),
+        if r["running"] == true {
             "running"
         } else {
             "not running"
         }
     );
     if s.is_object() {
-        let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
-        println!(
+        let _ = writeln!(
+            o,
             "  host {}, server {}, last update {}",
             text(&s["host"]),
             text(&s["nats"]),
             text(&s["updated_at"])
         );
-        println!(
+        let _ = writeln!(
+            o,
             "  exported {} (+{} broadcasts), imported {}, already here {}, refused {}, errors {}",
-            s["exported"],
-            s["exported_broadcasts"],
-            s["imported"],
-            s["already_here"],
-            s["refused"],
-            s["errors"]
+            text(&s["exported"]),
+            text(&s["exported_broadcasts"]),
+            text(&s["imported"]),
+            text(&s["already_here"]),
+            text(&s["refused"]),
+            text(&s["errors"])
         );
         if let Some(e) = s["last_error"].as_str() {
-            println!("  last error: {e}");
+            let _ = writeln!(o, "  last error: {e}");
         }
     } else {
-        println!("  no bridge has run on this root");
+        let _ = writeln!(o, "  no bridge has run on this root");
     }
-    println!("  outbox {} waiting, sent {}", r["outbox"], r["sent"]);
+    let _ = writeln!(
+        o,
+        "  outbox {} waiting, sent {}",
+        text(&r["outbox"]),
+        text(&r["sent"])
+    );
     let c = &r["cluster"];
     if let Some(e) = c["error"].as_str() {
-        println!("server {}: {e}", r["server"].as_str().unwrap_or("?"));
-        return;
+        let _ = writeln!(o, "server {}: {e}", text(&r["server"]));
     }
     if let Some(hosts) = c["hosts"].as_object() {
-        println!("hosts:");
+        let _ = writeln!(o, "hosts:");
+        if hosts.is_empty() {
+            let _ = writeln!(
+                o,
+                "  none in mailbox {} on this server",
+                text(&r["mailbox"])
+            );
+        }
         for (h, v) in hosts {
-            let present: Vec<&str> = v["present"]
+            let present: Vec<String> = v["present"]
                 .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .map(|a| a.iter().map(text).collect())
                 .unwrap_or_default();
-            println!(
-                "  {h}: {} present [{}], exported {}, imported {}, updated {}",
+            let how = match (v["running"] == true, age(&v["updated_at"])) {
+                (false, _) => "stopped".to_string(),
+                (true, Some(a)) if a > 10 => format!("silent for {a} s (killed, or cut off?)"),
+                (true, _) => "running".to_string(),
+            };
+            let _ = writeln!(
+                o,
+                "  {h}: {how}; {} present [{}]; exported {}, imported {}; updated {}",
                 present.len(),
                 present.join(", "),
-                v["exported"],
-                v["imported"],
-                v["updated_at"].as_str().unwrap_or("?")
+                text(&v["exported"]),
+                text(&v["imported"]),
+                text(&v["updated_at"])
             );
         }
     }
+    if let Some(agents) = c["agents"].as_object().filter(|a| !a.is_empty()) {
+        let _ = writeln!(o, "agents (the host each last took its presence on):");
+        for (a, h) in agents {
+            let _ = writeln!(o, "  {a}: {}", text(h));
+        }
+    }
     if let Some(cons) = c["consumers"].as_object() {
-        println!("lag:");
+        let _ = writeln!(o, "lag:");
         for (name, v) in cons {
             if let Some(p) = v.get("pending") {
-                println!(
-                    "  {name}: {p} pending, {} unacknowledged",
-                    v["unacknowledged"]
+                let _ = writeln!(
+                    o,
+                    "  {name}: {} pending, {} unacknowledged",
+                    text(p),
+                    text(&v["unacknowledged"])
                 );
             } else {
-                println!("  {name}: {} messages", v["messages"]);
+                let _ = writeln!(o, "  {name}: {} messages", text(&v["messages"]));
             }
         }
     }
+    emit(&o);
+}
+
+/// Writes `s` to stdout; a closed pipe (`| head`) ends quietly.
+fn emit(s: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(s.as_bytes()).and_then(|()| out.flush());
 }

@@ -390,3 +390,114 @@ fn status_shows_every_host_and_the_lag_and_doctor_reports_a_stopped_bridges_outb
         h0.state()["duplicates_published"] == 1
     });
 }
+
+/// One poll of `agent` on `mb`, as `sigbox poll` makes it: presence taken for the pass only.
+fn poll_once(mb: &Mailbox, agent: &str) -> Vec<sigbox::Signal> {
+    let _present = mb.presence(agent).unwrap();
+    mb.pass(agent, None).unwrap().delivered
+}
+
+#[test]
+fn an_agent_that_polls_now_and_then_belongs_to_the_host_it_polled_on_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let hosts: Vec<Host> = (0..3)
+        .map(|i| Host::start(dir.path(), &format!("h{i}"), &server.url(), "polls", &[]))
+        .collect();
+    let ms: Vec<Mailbox> = hosts.iter().map(Host::mailbox).collect();
+    // Zed polls on h0 (a few milliseconds each time, far shorter than the bridges look).
+    assert!(poll_once(&ms[0], "Zed").is_empty());
+    thread::sleep(Duration::from_millis(500));
+    for i in 0..3 {
+        ms[2].send(&steer("Zed", &format!("a{i}"))).unwrap();
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < 3 && Instant::now() < deadline {
+        got.extend(poll_once(&ms[0], "Zed"));
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        messages(&got),
+        ["a0", "a1", "a2"],
+        "delivered on h0, where Zed polls"
+    );
+    // Zed now polls on h1: what is sent to it from here on reaches it there, none on h0.
+    assert!(poll_once(&ms[1], "Zed").is_empty());
+    thread::sleep(Duration::from_millis(500));
+    for i in 0..3 {
+        ms[2].send(&steer("Zed", &format!("b{i}"))).unwrap();
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < 3 && Instant::now() < deadline {
+        got.extend(poll_once(&ms[1], "Zed"));
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        messages(&got),
+        ["b0", "b1", "b2"],
+        "delivered on h1, where Zed polls now"
+    );
+    assert!(
+        ms[0].pending().unwrap().is_empty(),
+        "nothing for Zed waits on h0"
+    );
+}
+
+#[test]
+fn two_bridges_under_one_host_name_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let first = Host::start(dir.path(), "same", &server.url(), "clash", &[]);
+    eventually("the first bridge is up", || {
+        first.state()["connected"] == true
+    });
+    let root = dir.path().join("b");
+    Mailbox::init(&root).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
+        .args(["--root", root.to_str().unwrap(), "--nats", &server.url()])
+        .args(["--mailbox", "clash", "--host", "same"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("another bridge runs as host \"same\""),
+        "{err}"
+    );
+    // The first runs on.
+    thread::sleep(Duration::from_millis(1500));
+    assert_eq!(first.state()["running"], true);
+}
+
+#[test]
+fn a_signal_larger_than_the_server_takes_is_quarantined_and_holds_up_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), "max_payload: 65536");
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "big", &[]);
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "big", &[]);
+    let m1 = h1.mailbox();
+    let _sam = m1.presence("Sam").unwrap();
+    thread::sleep(Duration::from_millis(400));
+    let m0 = h0.mailbox();
+    m0.send(&steer("Sam", &"x".repeat(70_000))).unwrap();
+    m0.send(&steer("Sam", "small")).unwrap();
+    let got = take(&m1, "Sam", None, 1, Duration::from_secs(20));
+    assert_eq!(messages(&got), ["small"]);
+    let rejected = std::fs::read_dir(h0.root.join("rejected"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect::<Vec<_>>();
+    let reason = rejected
+        .iter()
+        .find(|n| n.ends_with(".reason.json"))
+        .expect("a reason file");
+    let why = std::fs::read_to_string(h0.root.join("rejected").join(reason)).unwrap();
+    assert!(why.contains("max_payload of 65536"), "{why}");
+    assert_eq!(
+        h0.mailbox().bridge_counts().unwrap().0,
+        0,
+        "nothing stuck in the outbox"
+    );
+}

@@ -373,16 +373,16 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
         })
     };
     if st.kind != EntryKind::Dir {
-        push(
-            Severity::Problem,
-            &dir,
-            format!(
-                "{} where the bridge's directory belongs: no bridge can run on this root \
-                 until it is removed",
-                not_a_directory(st.kind)
-            ),
-        );
+        push(Severity::Problem, &dir, not_a_directory(st.kind));
         return;
+    }
+    for sub in ["outbox", "sent", "broadcasts"] {
+        let p = dir.join(sub);
+        if let Ok(Some(st)) = io.stamp(&p)
+            && st.kind != EntryKind::Dir
+        {
+            push(Severity::Problem, &p, not_a_directory(st.kind));
+        }
     }
     let state_path = dir.join("state.json");
     let state: Option<serde_json::Value> = match mb.bridge_state() {
@@ -400,8 +400,14 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
                 None
             }
         },
-        Err(e) => {
-            push(Severity::Problem, &state_path, e.reason().to_string());
+        Err(_) => {
+            push(
+                Severity::Problem,
+                &state_path,
+                "not a regular file (planted?): remove it; a running bridge writes it again \
+                 every second"
+                    .into(),
+            );
             None
         }
     };

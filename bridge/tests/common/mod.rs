@@ -83,13 +83,18 @@ pub struct Server {
 impl Server {
     /// A single server with its store under `dir`.
     pub fn start(dir: &Path) -> Server {
+        Server::start_with(dir, "")
+    }
+
+    /// [`Server::start`], with `extra` lines in its configuration.
+    pub fn start_with(dir: &Path, extra: &str) -> Server {
         let port = free_port();
         let store = dir.join("js");
         let config = dir.join("server.conf");
         std::fs::write(
             &config,
             format!(
-                "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {store:?}, sync_interval: always }}\n"
+                "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {store:?}, sync_interval: always }}\n{extra}\n"
             ),
         )
         .unwrap();

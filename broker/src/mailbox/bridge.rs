@@ -121,7 +121,20 @@ impl Mailbox {
     pub fn bridge_lock(&self) -> Result<Option<std::fs::File>> {
         self.io
             .create_dir_all_synced(&self.layout.bridge, Some(&self.layout.root))?;
-        self.io.lock_dir(&self.layout.bridge)
+        let lock = self.io.lock_dir(&self.layout.bridge)?;
+        // Its directories are directories, or missing (made when first needed).
+        for dir in [
+            &self.layout.outbox,
+            &self.layout.sent,
+            &self.layout.broadcasts,
+        ] {
+            if let Some(st) = self.io.stamp(dir)?
+                && st.kind != crate::sys::EntryKind::Dir
+            {
+                return Err(crate::io::refused_dir(dir, st.kind.describe()));
+            }
+        }
+        Ok(lock)
     }
 
     /// True when a bridge holds `bridge/`'s lock: one runs on this root.
@@ -170,11 +183,12 @@ impl Mailbox {
         Ok((count(&self.layout.outbox)?, count(&self.layout.sent)?))
     }
 
-    /// The agents of this host: every agent whose `agents/<agent>.lock` a live handle holds
-    /// (`true`: present now), or whose presence was taken here within `linger` (the lock
-    /// file's mtime; `false`): an agent that polls now and then is not present between its
-    /// polls, but its signals are still for this host.
-    pub fn agents_seen(&self, linger: std::time::Duration) -> Result<Vec<(String, bool)>> {
+    /// The agents seen on this host: every agent whose `agents/<agent>.lock` a live handle
+    /// holds (`true`: present now), or whose presence was taken here within `linger`
+    /// (`false`), each with its lock file's mtime (when its presence was last taken here):
+    /// an agent that polls now and then is not present between its polls, but its signals
+    /// may still be for this host.
+    pub fn agents_seen(&self, linger: std::time::Duration) -> Result<Vec<(String, bool, i128)>> {
         let since = crate::clock::ns_of(SystemTime::now() - linger);
         let mut out = Vec::new();
         for e in self.io.list(&self.layout.agents, true)? {
@@ -184,14 +198,12 @@ impl Mailbox {
             if !crate::signal::valid_agent(agent) {
                 continue;
             }
-            if self.is_present(agent) {
-                out.push((agent.to_string(), true));
-            } else if self
-                .io
-                .stamp(&self.layout.agents.join(&e.name))?
-                .is_some_and(|st| st.mtime_ns >= since)
-            {
-                out.push((agent.to_string(), false));
+            let Some(st) = self.io.stamp(&self.layout.agents.join(&e.name))? else {
+                continue;
+            };
+            let now = self.is_present(agent);
+            if now || st.mtime_ns >= since {
+                out.push((agent.to_string(), now, st.mtime_ns));
             }
         }
         out.sort();
@@ -409,6 +421,20 @@ impl Mailbox {
         Ok(())
     }
 
+    /// Gives up exporting `out`, which can never cross (`reason`: larger than the server
+    /// takes): a signal in the outbox is quarantined with the reason (spec/mailbox.md §8); a
+    /// broadcast, which stays pending here for the agents of this host, gets its marker, so
+    /// that it is not tried again.
+    pub fn bridge_refuse(&self, out: &Outgoing, host: &str, reason: &str) -> Result<()> {
+        match &out.held {
+            Held::Outbox(name) => {
+                self.quarantine(&self.layout.outbox, name, reason, host)?;
+            }
+            Held::Broadcast => self.bridge_exported(std::slice::from_ref(out))?,
+        }
+        Ok(())
+    }
+
     /// Writes a signal from another host into `inputs/` under `file_name` (a canonical name,
     /// spec/mailbox.md §2.1) with `body` (JSON whose `id` is the name's stem), durably and
     /// without replacing anything. A signal already here, anywhere in its life (pending,
@@ -606,7 +632,7 @@ fn outgoing(
         .get(BRIDGED)
         .and_then(|b| b.get("hops"))
         .and_then(Value::as_u64)
-        .map_or(0, |h| h + 1);
+        .map_or(0, |h| h.saturating_add(1));
     // A name a no-clobber move gave way with counts as the name it had.
     let original = identity::original_name(file_name);
     let canonical = if identity::trusted(&original, &fields) {
@@ -635,7 +661,8 @@ fn outgoing(
         bridged["id"] = json!(id);
     }
     fields.insert(BRIDGED.into(), bridged);
-    let mut body = serde_json::to_vec_pretty(&Value::Object(fields)).map_err(|e| {
+    // Compact: a signal dropped as compact JSON must not outgrow the size cap by crossing.
+    let mut body = serde_json::to_vec(&Value::Object(fields)).map_err(|e| {
         Error::new(
             ErrorKind::Io,
             None,
