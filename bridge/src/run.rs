@@ -407,9 +407,10 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
     }
     // What the server would refuse for its size can never cross: it leaves the round (the
     // rest are not held up behind it), quarantined with the reason.
-    let max = b.client.get().map_or(usize::MAX, |c| {
-        usize::try_from(c.server_info().max_payload).unwrap_or(usize::MAX)
-    });
+    let max = b
+        .client
+        .get()
+        .map_or(usize::MAX, |c| c.server_info().max_payload);
     let (out, too_big): (Vec<Outgoing>, Vec<Outgoing>) = out
         .into_iter()
         .partition(|o| o.body.len() + HEADROOM <= max);
