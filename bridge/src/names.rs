@@ -7,6 +7,7 @@
 //! | consumer `to-<agent>` | an agent's signals, pulled where it is present |
 //! | consumer `orch` | no target, APPROVE, SKIP: pulled where the orchestrator is present |
 //! | consumer `host-<host>` | every broadcast, for one host |
+//! | consumer `acks-<host>` | every broadcast ack (`sigbox.<mailbox>.ack`), for one host |
 //! | key-value bucket `sigbox_<mailbox>_hosts` | each host's presence and counts |
 
 use anyhow::{Result, bail};
@@ -86,6 +87,11 @@ impl Names {
         format!("sigbox.{}.all", self.mailbox)
     }
 
+    /// Where broadcast acks are shared between hosts (in the broadcast stream).
+    pub(crate) fn ack_subject(&self) -> String {
+        format!("sigbox.{}.ack", self.mailbox)
+    }
+
     /// Where a signal of type `ty` for `target` is published: APPROVE and SKIP, whatever
     /// their target, and signals without one go to the orchestrator (spec/mailbox.md §6).
     pub(crate) fn subject_for(&self, ty: SignalType, target: &Target) -> String {
@@ -105,6 +111,11 @@ pub(crate) fn agent_consumer(agent: &str) -> String {
 
 /// The orchestrator's consumer.
 pub(crate) const ORCH_CONSUMER: &str = "orch";
+
+/// A host's consumer of the acks other hosts share.
+pub(crate) fn acks_consumer(host: &str) -> String {
+    format!("acks-{host}")
+}
 
 /// A host's broadcast consumer.
 pub(crate) fn host_consumer(host: &str) -> String {

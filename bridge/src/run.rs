@@ -38,6 +38,8 @@ const EXPORT_IDLE: Duration = Duration::from_millis(20);
 const EXPORT_BACKSTOP: Duration = Duration::from_secs(1);
 /// How often presence is looked at.
 const PRESENCE_EVERY: Duration = Duration::from_millis(100);
+/// How often this host's broadcast acks are looked at, to share the new ones.
+const ACKS_EVERY: Duration = Duration::from_millis(300);
 /// How often the state file and this host's entry in the bucket are written.
 const STATE_EVERY: Duration = Duration::from_secs(1);
 /// How long a failed step waits before it is tried again.
@@ -52,6 +54,7 @@ struct Counters {
     imported: AtomicU64,
     already_here: AtomicU64,
     own_broadcasts: AtomicU64,
+    acks_imported: AtomicU64,
     refused: AtomicU64,
     refused_exports: AtomicU64,
     errors: AtomicU64,
@@ -61,7 +64,7 @@ struct Counters {
 
 impl Counters {
     /// The counts that run on across restarts, by their name in the state file.
-    fn cumulative(&self) -> [(&'static str, &AtomicU64); 9] {
+    fn cumulative(&self) -> [(&'static str, &AtomicU64); 10] {
         [
             ("exported", &self.exported),
             ("exported_broadcasts", &self.exported_broadcasts),
@@ -69,6 +72,7 @@ impl Counters {
             ("imported", &self.imported),
             ("already_here", &self.already_here),
             ("own_broadcasts", &self.own_broadcasts),
+            ("acks_imported", &self.acks_imported),
             ("refused", &self.refused),
             ("refused_exports", &self.refused_exports),
             ("errors", &self.errors),
@@ -261,6 +265,15 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
             true,
         )),
         tokio::spawn(state_loop(b.clone(), hosts.clone())),
+        tokio::spawn(ack_export_loop(b.clone(), js.clone())),
+        tokio::spawn(import_loop(
+            b.clone(),
+            js.clone(),
+            b.names.broadcast_stream(),
+            names::acks_consumer(&b.host),
+            b.names.ack_subject(),
+            true,
+        )),
     ];
     tasks.push(tokio::spawn(presence_loop(b.clone(), js.clone(), hosts)));
     tokio::select! {
@@ -302,18 +315,33 @@ async fn setup(js: &Context, names: &Names, cli: &Setup) -> Result<kv::Store> {
     })
     .await
     .map_err(|e| anyhow!("stream {}: {e}", names.work_stream()))?;
-    js.get_or_create_stream(stream::Config {
-        name: names.broadcast_stream(),
-        subjects: vec![names.broadcast_subject()],
-        retention: RetentionPolicy::Limits,
-        storage: StorageType::File,
-        num_replicas: cli.replicas,
-        max_age: cli.broadcast_age,
-        duplicate_window: cli.dedup_window.min(cli.broadcast_age),
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| anyhow!("stream {}: {e}", names.broadcast_stream()))?;
+    let all_subjects = vec![names.broadcast_subject(), names.ack_subject()];
+    let mut all = js
+        .get_or_create_stream(stream::Config {
+            name: names.broadcast_stream(),
+            subjects: all_subjects.clone(),
+            retention: RetentionPolicy::Limits,
+            storage: StorageType::File,
+            num_replicas: cli.replicas,
+            max_age: cli.broadcast_age,
+            duplicate_window: cli.dedup_window.min(cli.broadcast_age),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| anyhow!("stream {}: {e}", names.broadcast_stream()))?;
+    // A stream an earlier version made carries broadcasts only: acks join it.
+    let mut config = all
+        .info()
+        .await
+        .map_err(|e| anyhow!("stream {}: {e}", names.broadcast_stream()))?
+        .config
+        .clone();
+    if !all_subjects.iter().all(|s| config.subjects.contains(s)) {
+        config.subjects = all_subjects;
+        js.update_stream(config)
+            .await
+            .map_err(|e| anyhow!("stream {}: {e}", names.broadcast_stream()))?;
+    }
     let hosts = match js.get_key_value(names.hosts_bucket()).await {
         Ok(s) => s,
         Err(_) => js
@@ -652,6 +680,9 @@ async fn import_one(b: &Arc<Bridge>, m: &jetstream::Message, broadcasts: bool) -
             .map(|v| v.as_str().to_string())
     };
     let from = get(header::HOST).unwrap_or_else(|| "an unnamed host".into());
+    if m.subject.as_str() == b.names.ack_subject() {
+        return import_ack(b, m, &from).await;
+    }
     if broadcasts && from == b.host {
         // This host's own broadcast: its agents have it from inputs/ already.
         b.counts.own_broadcasts.fetch_add(1, Ordering::Relaxed);
@@ -700,6 +731,96 @@ async fn import_one(b: &Arc<Bridge>, m: &jetstream::Message, broadcasts: bool) -
             let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
             Err(anyhow!("{name}: {e}"))
         }
+    }
+}
+
+/// A broadcast ack another host shares: written here (spec/bridge.md §5), unless it is this
+/// host's own or here already.
+async fn import_ack(b: &Arc<Bridge>, m: &jetstream::Message, from: &str) -> Result<()> {
+    if from == b.host {
+        return double_ack(m).await;
+    }
+    let v: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
+    let (Some(id), Some(agent)) = (v["id"].as_str(), v["agent"].as_str()) else {
+        b.counts.refused.fetch_add(1, Ordering::Relaxed);
+        b.counts.error(
+            "import",
+            &format!("an ack from {from} without an id and an agent: dropped"),
+        );
+        return m
+            .ack_with(AckKind::Term)
+            .await
+            .map_err(|e| anyhow!("cannot acknowledge: {e}"));
+    };
+    let (mb, id_, agent_, from_) = (
+        b.mb.clone(),
+        id.to_string(),
+        agent.to_string(),
+        from.to_string(),
+    );
+    match tokio::task::spawn_blocking(move || mb.bridge_import_ack(&id_, &agent_, &from_)).await? {
+        Ok(written) => {
+            if written {
+                b.counts.acks_imported.fetch_add(1, Ordering::Relaxed);
+            }
+            double_ack(m).await
+        }
+        Err(e) if e.kind() == sigbox::ErrorKind::InvalidName => {
+            b.counts.refused.fetch_add(1, Ordering::Relaxed);
+            b.counts
+                .error("import", &format!("an ack from {from} refused: {e}"));
+            m.ack_with(AckKind::Term)
+                .await
+                .map_err(|e| anyhow!("cannot acknowledge: {e}"))
+        }
+        Err(e) => {
+            let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
+            Err(anyhow!("an ack of {id} by {agent}: {e}"))
+        }
+    }
+}
+
+/// Shares this host's broadcast acks with the other hosts, each once per run (the stream drops
+/// what it already has, by id).
+async fn ack_export_loop(b: Arc<Bridge>, js: Context) {
+    let mut shared: HashSet<(String, String)> = HashSet::new();
+    loop {
+        let mb = b.mb.clone();
+        match tokio::task::spawn_blocking(move || mb.bridge_acks()).await {
+            Ok(Ok(acks)) => {
+                let mut pending = Vec::new();
+                for (id, agent) in acks.into_iter().filter(|a| !shared.contains(a)) {
+                    let mut headers = HeaderMap::new();
+                    headers.insert(
+                        async_nats::header::NATS_MESSAGE_ID,
+                        format!("ack~{id}~{agent}").as_str(),
+                    );
+                    headers.insert(header::HOST, b.host.as_str());
+                    let body = json!({"id": id, "agent": agent}).to_string();
+                    match js
+                        .publish_with_headers(b.names.ack_subject(), headers, body.into())
+                        .await
+                    {
+                        Ok(f) => pending.push(((id, agent), f)),
+                        Err(e) => {
+                            b.counts.error("cannot share an ack", &e);
+                            break;
+                        }
+                    }
+                }
+                for (key, f) in pending {
+                    match f.await {
+                        Ok(_) => {
+                            shared.insert(key);
+                        }
+                        Err(e) => b.counts.error("cannot share an ack", &e),
+                    }
+                }
+            }
+            Ok(Err(e)) => b.counts.error("acks", &e),
+            Err(e) => b.counts.error("acks", &e),
+        }
+        tokio::time::sleep(ACKS_EVERY).await;
     }
 }
 

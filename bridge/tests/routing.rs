@@ -501,3 +501,51 @@ fn a_signal_larger_than_the_server_takes_is_quarantined_and_holds_up_no_other() 
         "nothing stuck in the outbox"
     );
 }
+
+#[test]
+fn an_agent_that_moves_is_not_given_again_a_broadcast_it_acked_on_its_old_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let hosts: Vec<Host> = (0..3)
+        .map(|i| Host::start(dir.path(), &format!("h{i}"), &server.url(), "acks", &[]))
+        .collect();
+    let ms: Vec<Mailbox> = hosts.iter().map(Host::mailbox).collect();
+    // Mo has polled on h0 and on h1; a broadcast goes out from h2.
+    assert!(poll_once(&ms[0], "Mo").is_empty());
+    assert!(poll_once(&ms[1], "Mo").is_empty());
+    let mut all = NewSignal::new(SignalType::Info);
+    all.target(Target::All).message("to everyone");
+    let id = ms[2].send(&all).unwrap();
+    eventually("the broadcast reached h0 and h1", || {
+        ms[0].pending().unwrap().len() == 1 && ms[1].pending().unwrap().len() == 1
+    });
+    let got = poll_once(&ms[0], "Mo");
+    assert_eq!(messages(&got), ["to everyone"]);
+    // Its ack on h0 reaches h1: there, the broadcast is not given to Mo again.
+    eventually("the ack shared with h1", || {
+        hosts[1].root.join("acks").join(&id).join("Mo.ack").exists()
+    });
+    assert!(poll_once(&ms[1], "Mo").is_empty());
+    // Another agent on h1 still gets it.
+    assert_eq!(messages(&poll_once(&ms[1], "Ann")), ["to everyone"]);
+    // A hostile ack (a path for an id) is refused, nothing written.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Sigbox-Host", "mallory");
+        let body = serde_json::json!({"id": "../../escape", "agent": "Mo"}).to_string();
+        js.publish_with_headers("sigbox.acks.ack", h, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    });
+    eventually("refused on every host", || {
+        hosts.iter().all(|h| h.state()["refused"] == 1)
+    });
+    assert!(!dir.path().join("escape").exists());
+}

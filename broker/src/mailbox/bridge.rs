@@ -435,6 +435,59 @@ impl Mailbox {
         Ok(())
     }
 
+    /// Every ack of a broadcast under a canonical id (`acks/<id>/<agent>.ack`, the same id on
+    /// every host) as `(id, agent)`: what a bridge shares with the other hosts, so that an
+    /// agent that moves is not given again a broadcast it acked elsewhere (spec/bridge.md §5).
+    pub fn bridge_acks(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for d in self.io.list(&self.layout.acks, true)? {
+            let Some(id) = d.name.to_str() else { continue };
+            if d.kind != crate::sys::EntryKind::Dir
+                || name::parse_canonical(&format!("{id}.json"))
+                    .is_none_or(|c| c.target() != Target::All)
+            {
+                continue;
+            }
+            for e in self.io.list(&self.layout.ack_dir(id), true)? {
+                if let Some(agent) = e.name.to_str().and_then(|n| n.strip_suffix(".ack"))
+                    && crate::signal::valid_agent(agent)
+                {
+                    out.push((id.to_string(), agent.to_string()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records that `agent` acked broadcast `id` on host `from`: `acks/<id>/<agent>.ack`,
+    /// written durably without replacing anything. False when it was there already; refused
+    /// (an error) for an id that is not a canonical broadcast's or a name that is not an
+    /// agent's.
+    pub fn bridge_import_ack(&self, id: &str, agent: &str, from: &str) -> Result<bool> {
+        let file = format!("{id}.json");
+        let broadcast = name::parse_canonical(&file).is_some_and(|c| c.target() == Target::All);
+        if !broadcast || !crate::signal::valid_agent(agent) {
+            return Err(Error::new(
+                ErrorKind::InvalidName,
+                None,
+                format!("an ack of {id:?} by {agent:?}: not a broadcast's id and an agent's name"),
+            ));
+        }
+        let dir = self.layout.ack_dir(id);
+        self.io.create_dir_durable(&dir)?;
+        let body = json!({
+            "signal": id,
+            "agent": agent,
+            "acked_at": crate::clock::now_rfc3339(crate::clock::Precision::Micros),
+            "acked_on": from,
+        });
+        let mut bytes = serde_json::to_vec(&body).unwrap_or_default();
+        bytes.push(b'\n');
+        let stage = atomic::stage_name(&dir, "ack");
+        let ack = dir.join(format!("{agent}.ack"));
+        Ok(atomic::write_atomic(&self.io, &stage, &ack, &bytes, Clobber::No)? == Placed::Done)
+    }
+
     /// Writes a signal from another host into `inputs/` under `file_name` (a canonical name,
     /// spec/mailbox.md §2.1) with `body` (JSON whose `id` is the name's stem), durably and
     /// without replacing anything. A signal already here, anywhere in its life (pending,
