@@ -689,19 +689,12 @@ async fn import_one(b: &Arc<Bridge>, m: &jetstream::Message, broadcasts: bool) -
         return double_ack(m).await;
     }
     let Some(name) = get(header::NAME) else {
-        b.counts.refused.fetch_add(1, Ordering::Relaxed);
-        b.counts.error(
-            "import",
-            &format!(
-                "a message on {} without a {} header: dropped",
-                m.subject,
-                header::NAME
-            ),
+        let why = format!(
+            "a message on {} without a {} header: dropped",
+            m.subject,
+            header::NAME
         );
-        m.ack_with(AckKind::Term)
-            .await
-            .map_err(|e| anyhow!("cannot acknowledge: {e}"))?;
-        return Ok(());
+        return refuse(b, m, &why).await;
     };
     let mb = b.mb.clone();
     let payload = m.payload.clone();
@@ -719,18 +712,10 @@ async fn import_one(b: &Arc<Bridge>, m: &jetstream::Message, broadcasts: bool) -
             double_ack(m).await
         }
         Ok(Imported::Refused(why)) => {
-            b.counts.refused.fetch_add(1, Ordering::Relaxed);
-            b.counts
-                .error("import", &format!("{name} from {from} refused: {why}"));
-            m.ack_with(AckKind::Term)
-                .await
-                .map_err(|e| anyhow!("cannot acknowledge: {e}"))
+            refuse(b, m, &format!("{name} from {from} refused: {why}")).await
         }
-        Err(e) => {
-            // Nothing written: the server delivers it again after a pause.
-            let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
-            Err(anyhow!("{name}: {e}"))
-        }
+        // Nothing written.
+        Err(e) => retry_later(m, anyhow!("{name}: {e}")).await,
     }
 }
 
@@ -742,15 +727,8 @@ async fn import_ack(b: &Arc<Bridge>, m: &jetstream::Message, from: &str) -> Resu
     }
     let v: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
     let (Some(id), Some(agent)) = (v["id"].as_str(), v["agent"].as_str()) else {
-        b.counts.refused.fetch_add(1, Ordering::Relaxed);
-        b.counts.error(
-            "import",
-            &format!("an ack from {from} without an id and an agent: dropped"),
-        );
-        return m
-            .ack_with(AckKind::Term)
-            .await
-            .map_err(|e| anyhow!("cannot acknowledge: {e}"));
+        let why = format!("an ack from {from} without an id and an agent: dropped");
+        return refuse(b, m, &why).await;
     };
     let (mb, id_, agent_, from_) = (
         b.mb.clone(),
@@ -766,17 +744,9 @@ async fn import_ack(b: &Arc<Bridge>, m: &jetstream::Message, from: &str) -> Resu
             double_ack(m).await
         }
         Err(e) if e.kind() == sigbox::ErrorKind::InvalidName => {
-            b.counts.refused.fetch_add(1, Ordering::Relaxed);
-            b.counts
-                .error("import", &format!("an ack from {from} refused: {e}"));
-            m.ack_with(AckKind::Term)
-                .await
-                .map_err(|e| anyhow!("cannot acknowledge: {e}"))
+            refuse(b, m, &format!("an ack from {from} refused: {e}")).await
         }
-        Err(e) => {
-            let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
-            Err(anyhow!("an ack of {id} by {agent}: {e}"))
-        }
+        Err(e) => retry_later(m, anyhow!("an ack of {id} by {agent}: {e}")).await,
     }
 }
 
@@ -822,6 +792,22 @@ async fn ack_export_loop(b: Arc<Bridge>, js: Context) {
         }
         tokio::time::sleep(ACKS_EVERY).await;
     }
+}
+
+/// Refuses a message for good (terminated: never delivered again), counted and logged.
+async fn refuse(b: &Bridge, m: &jetstream::Message, why: &str) -> Result<()> {
+    b.counts.refused.fetch_add(1, Ordering::Relaxed);
+    b.counts.error("import", &why);
+    m.ack_with(AckKind::Term)
+        .await
+        .map_err(|e| anyhow!("cannot acknowledge: {e}"))
+}
+
+/// Leaves a message unacknowledged after a local error: the server delivers it again after a
+/// pause. Returns the error.
+async fn retry_later(m: &jetstream::Message, e: anyhow::Error) -> Result<()> {
+    let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
+    Err(e)
 }
 
 async fn double_ack(m: &jetstream::Message) -> Result<()> {

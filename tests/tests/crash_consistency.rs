@@ -310,13 +310,7 @@ fn enumerate_with(
         std::fs::remove_dir_all(&crashed).unwrap();
         // Another process synced the directories every process writes (`inputs/` at each
         // send, a buffer at each move into it) just before the crash.
-        let mut shared = model.clone();
-        let mut dirs = vec![work.join("inputs")];
-        dirs.extend(shared.live_dirs(&work.join("buffered")));
-        for d in dirs {
-            shared.apply(&Op::SyncDir(d));
-        }
-        shared.durable(&crashed);
+        synced_by_another(&model, &work).durable(&crashed);
         lost += check_image(
             &format!("{ctx}, shared directories synced by another process"),
             &crashed,
@@ -337,6 +331,18 @@ fn enumerate_with(
         "{label}: {states} crash states checked ({mode:?}), {lost} lost to another process's syncs"
     );
     (states, lost)
+}
+
+/// `model` with `inputs/` and the buffers of the mailbox at `work` synced, as another process
+/// (a sender, the orchestrator) may have done just before a crash.
+fn synced_by_another(model: &Model, work: &Path) -> Model {
+    let mut shared = model.clone();
+    let mut dirs = vec![work.join("inputs")];
+    dirs.extend(shared.live_dirs(&work.join("buffered")));
+    for d in dirs {
+        shared.apply(&Op::SyncDir(d));
+    }
+    shared
 }
 
 /// The operation under test: one pass of `agent`, recording what it handed over.
@@ -1176,13 +1182,7 @@ fn crash_during_a_bridge_export_and_import() {
                 // Another process synced inputs/ and the buffers just before the crash: by
                 // link, that loses nothing either (spec/mailbox.md §9.10).
                 std::fs::remove_dir_all(&crashed).unwrap();
-                let mut shared = model.clone();
-                let mut dirs = vec![work.join("inputs")];
-                dirs.extend(shared.live_dirs(&work.join("buffered")));
-                for d in dirs {
-                    shared.apply(&Op::SyncDir(d));
-                }
-                shared.durable(&crashed);
+                synced_by_another(&model, &work).durable(&crashed);
                 let ctx = format!("{ctx}, shared directories synced by another process");
                 check_bridge_image(&ctx, &crashed, &b, &published, imported, import_id);
             }

@@ -63,6 +63,15 @@ fn install_lock() -> std::fs::File {
     f
 }
 
+/// `path` opened for appending (a process's log across its restarts).
+fn append(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap()
+}
+
 /// A free port on loopback (bound, then released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -119,16 +128,11 @@ impl Server {
     /// Starts it (again, on the same port and store) and waits until it accepts connections.
     pub fn restart(&mut self) {
         assert!(self.child.is_none());
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
         let child = Command::new(nats_server())
             .arg("-c")
             .arg(&self.config)
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(append(&self.log))
             .spawn()
             .expect("cannot start nats-server");
         self.child = Some(child);
@@ -243,17 +247,12 @@ impl Host {
     /// Starts the bridge (again).
     pub fn restart(&mut self) {
         assert!(self.child.is_none());
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
         self.child = Some(
             Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
                 .args(&self.args)
                 .env("RUST_LOG", "sigbox_bridge=info")
                 .stdout(Stdio::null())
-                .stderr(log)
+                .stderr(append(&self.log))
                 .spawn()
                 .unwrap(),
         );
