@@ -397,6 +397,17 @@ fn poll_once(mb: &Mailbox, agent: &str) -> Vec<sigbox::Signal> {
     mb.pass(agent, None).unwrap().delivered
 }
 
+/// Polls `agent` every 200 ms until `n` signals came (or 20 s passed).
+fn poll_now_and_then(mb: &Mailbox, agent: &str, n: usize) -> Vec<sigbox::Signal> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < n && Instant::now() < deadline {
+        got.extend(poll_once(mb, agent));
+        thread::sleep(Duration::from_millis(200));
+    }
+    got
+}
+
 #[test]
 fn an_agent_that_polls_now_and_then_belongs_to_the_host_it_polled_on_last() {
     let dir = tempfile::tempdir().unwrap();
@@ -411,12 +422,7 @@ fn an_agent_that_polls_now_and_then_belongs_to_the_host_it_polled_on_last() {
     for i in 0..3 {
         ms[2].send(&steer("Zed", &format!("a{i}"))).unwrap();
     }
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while got.len() < 3 && Instant::now() < deadline {
-        got.extend(poll_once(&ms[0], "Zed"));
-        thread::sleep(Duration::from_millis(200));
-    }
+    let got = poll_now_and_then(&ms[0], "Zed", 3);
     assert_eq!(
         messages(&got),
         ["a0", "a1", "a2"],
@@ -428,12 +434,7 @@ fn an_agent_that_polls_now_and_then_belongs_to_the_host_it_polled_on_last() {
     for i in 0..3 {
         ms[2].send(&steer("Zed", &format!("b{i}"))).unwrap();
     }
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while got.len() < 3 && Instant::now() < deadline {
-        got.extend(poll_once(&ms[1], "Zed"));
-        thread::sleep(Duration::from_millis(200));
-    }
+    let got = poll_now_and_then(&ms[1], "Zed", 3);
     assert_eq!(
         messages(&got),
         ["b0", "b1", "b2"],
@@ -548,4 +549,59 @@ fn an_agent_that_moves_is_not_given_again_a_broadcast_it_acked_on_its_old_host()
         hosts.iter().all(|h| h.state()["refused"] == 1)
     });
     assert!(!dir.path().join("escape").exists());
+}
+
+#[test]
+fn a_claim_a_dead_consumer_never_handed_over_follows_its_agent_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let hosts: Vec<Host> = (0..2)
+        .map(|i| Host::start(dir.path(), &format!("h{i}"), &server.url(), "inflight", &[]))
+        .collect();
+    // Xen takes a signal on h0 and its consumer dies before acknowledging it: the claim stays
+    // in its slot there.
+    {
+        let m0 = hosts[0].mailbox();
+        let _xen = m0.presence("Xen").unwrap();
+        m0.send(&steer("Xen", "in flight")).unwrap();
+        let p = m0
+            .pass_with(
+                "Xen",
+                None,
+                sigbox::PassControl::new().ack_later(),
+                &mut |_| Ok(()),
+            )
+            .unwrap();
+        assert_eq!(messages(&p.delivered), ["in flight"]);
+        // Dropped without an ack: the handle (and its slot lock) ends as a killed one would.
+    }
+    assert_eq!(
+        std::fs::read_dir(hosts[0].root.join("claimed/Xen/0"))
+            .unwrap()
+            .count(),
+        1
+    );
+    // Xen checks in on h1: the claim follows it there, marked as delivered again.
+    let m1 = hosts[1].mailbox();
+    let got = poll_now_and_then(&m1, "Xen", 1);
+    assert_eq!(messages(&got), ["in flight"]);
+    assert_eq!(got[0].redelivery(), 1, "{:?}", got[0].fields);
+    eventually("h0's slot emptied", || {
+        std::fs::read_dir(hosts[0].root.join("claimed/Xen/0"))
+            .unwrap()
+            .count()
+            == 0
+    });
+    thread::sleep(Duration::from_millis(500));
+    assert!(poll_once(&m1, "Xen").is_empty(), "delivered once on h1");
+    assert!(
+        take(
+            &hosts[0].mailbox(),
+            "Xen",
+            None,
+            1,
+            Duration::from_millis(300)
+        )
+        .is_empty()
+    );
 }

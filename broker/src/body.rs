@@ -631,9 +631,16 @@ impl Signal {
     /// because a consumer died (or lost power) after claiming it and before handing it over
     /// (spec/mailbox.md §9.2). A consumer that keeps the ids it has acted on never acts twice.
     pub fn redelivery(&self) -> u32 {
-        self.fields
+        let here = self
+            .fields
             .get(key::HANDLING_METADATA)
-            .map_or(0, redelivery_of)
+            .map_or(0, redelivery_of);
+        // Delivered again on another host after a consumer there died (spec/bridge.md §5).
+        let crossed = self
+            .fields
+            .get(crate::mailbox::BRIDGED)
+            .map_or(0, redelivery_of);
+        here.max(crossed)
     }
 }
 

@@ -253,6 +253,37 @@ impl Mailbox {
         for (dir, list, _) in self.pending_items()? {
             items.extend(list.into_iter().map(|it| (dir.clone(), it)));
         }
+        // Claims a consumer made here and never handed over (it died), for an agent no longer
+        // of this host: they follow it, marked as delivered again (spec/bridge.md §5). Each
+        // dead slot is locked while this round works on it.
+        let mut slot_locks = Vec::new();
+        let mut again: Vec<(PathBuf, u32)> = Vec::new();
+        for e in self.io.list(&self.layout.claimed, true)? {
+            let Some(agent) = e.name.to_str().filter(|a| crate::signal::valid_agent(a)) else {
+                continue;
+            };
+            if here(agent) {
+                continue;
+            }
+            for (_, slot) in self.slots(agent)? {
+                let Some(lock) = self.io.lock_dir(&slot)? else {
+                    continue; // a live handle holds it
+                };
+                let scan = self.scan(&slot, Source::Buffer, &|_| true, SystemTime::now())?;
+                for it in scan.items {
+                    let path = slot.join(&it.name);
+                    let n = match self.io.read_untrusted(&path, self.opts.max_file_size)? {
+                        ReadOutcome::Bytes(bytes, _) => {
+                            body::redeliveries(&bytes, &lossy(&it.name))
+                        }
+                        _ => 0,
+                    };
+                    again.push((path, n.saturating_add(1)));
+                    items.push((slot.clone(), it));
+                }
+                slot_locks.push(lock);
+            }
+        }
         items.sort_by(|a, b| (a.1.instant, &a.1.name).cmp(&(b.1.instant, &b.1.name)));
         let orchestrator = self.opts.orchestrator.clone();
         let mut pass = Pass::default();
@@ -298,7 +329,9 @@ impl Mailbox {
                     .create_dir_all_synced(&self.layout.outbox, Some(&self.layout.root))?;
             }
             let before = batch.len();
-            match self.claim_for_export(&dir, &item, host, &mut pass, &mut batch)? {
+            let src = dir.join(&item.name);
+            let redelivery = again.iter().find(|(p, _)| *p == src).map_or(0, |(_, n)| *n);
+            match self.claim_for_export(&dir, &item, host, redelivery, &mut pass, &mut batch)? {
                 Some(d) => batch.push(d),
                 None if batch.len() > before => {} // a claim by link, decided at the commit
                 None => {
@@ -322,16 +355,19 @@ impl Mailbox {
                 continue;
             };
             let mut sig = d.signal;
+            let redelivery = sig.redelivery();
             body::strip_handling(&mut sig.fields);
             let id = sig.id.clone();
             let fname = lossy(&name);
+            let held = Held::Outbox(name.clone());
             match outgoing(
                 id,
                 &fname,
                 sig,
                 instant.unwrap_or(0),
                 host,
-                Held::Outbox(name.clone()),
+                held,
+                redelivery,
             ) {
                 Ok(o) if o.body.len() as u64 + HANDLING_ROOM <= self.opts.max_file_size => {
                     out.push(o)
@@ -344,6 +380,7 @@ impl Mailbox {
                 }
             }
         }
+        drop(slot_locks);
         // Broadcasts and taken signals, oldest first.
         out.extend(broadcasts);
         out.sort_by_key(|o| o.instant);
@@ -436,8 +473,9 @@ impl Mailbox {
     }
 
     /// Every ack of a broadcast under a canonical id (`acks/<id>/<agent>.ack`, the same id on
-    /// every host) as `(id, agent)`: what a bridge shares with the other hosts, so that an
-    /// agent that moves is not given again a broadcast it acked elsewhere (spec/bridge.md §5).
+    /// every host) as `(id, agent)`, once the broadcast was handed over (no marker of it left
+    /// in the agent's slots): what a bridge shares with the other hosts, so that an agent that
+    /// moves is not given again a broadcast it acked elsewhere (spec/bridge.md §5).
     pub fn bridge_acks(&self) -> Result<Vec<(String, String)>> {
         let mut out = Vec::new();
         for d in self.io.list(&self.layout.acks, true)? {
@@ -448,15 +486,29 @@ impl Mailbox {
             {
                 continue;
             }
+            let marker = super::Layout::marker_name(std::ffi::OsStr::new(&format!("{id}.json")));
             for e in self.io.list(&self.layout.ack_dir(id), true)? {
                 if let Some(agent) = e.name.to_str().and_then(|n| n.strip_suffix(".ack"))
                     && crate::signal::valid_agent(agent)
+                    && !self.in_flight_here(agent, &marker)?
                 {
                     out.push((id.to_string(), agent.to_string()));
                 }
             }
         }
         Ok(out)
+    }
+
+    /// True when a slot of `agent` holds the broadcast marker `marker`: acked here and not
+    /// handed over yet (its consumer may have died). Such an ack is not shared: on another
+    /// host it would keep the agent from a broadcast it never got (spec/bridge.md §5).
+    fn in_flight_here(&self, agent: &str, marker: &str) -> Result<bool> {
+        for (_, slot) in self.slots(agent)? {
+            if self.io.stamp(&slot.join(marker))?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Records that `agent` acked broadcast `id` on host `from`: `acks/<id>/<agent>.ack`,
@@ -622,6 +674,7 @@ impl Mailbox {
             item.instant,
             host,
             Held::Broadcast,
+            0,
         )?)))
     }
 
@@ -643,7 +696,8 @@ impl Mailbox {
                     Ok(sig) => {
                         let id = identity::identity(&fname, &sig.fields, &stamp);
                         let held = Held::Outbox(name.to_os_string());
-                        match outgoing(id, &fname, sig, instant, host, held) {
+                        let again = body::redeliveries(&bytes, &fname);
+                        match outgoing(id, &fname, sig, instant, host, held, again) {
                             Ok(o)
                                 if o.body.len() as u64 + HANDLING_ROOM
                                     <= self.opts.max_file_size =>
@@ -678,6 +732,7 @@ fn outgoing(
     instant: i128,
     host: &str,
     held: Held,
+    redelivery: u32,
 ) -> Result<Outgoing> {
     let mut fields = sig.fields;
     // Crossing again from a host that had imported it: one more hop, another stream id.
@@ -712,6 +767,15 @@ fn outgoing(
     let mut bridged = json!({"from": host, "hops": hops});
     if id != stem {
         bridged["id"] = json!(id);
+    }
+    // Claimed and never handed over where it was: delivered again on the next host, marked.
+    let earlier = fields
+        .get(BRIDGED)
+        .and_then(|b| b.get("redelivery"))
+        .and_then(Value::as_u64)
+        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+    if redelivery.max(earlier) > 0 {
+        bridged["redelivery"] = json!(redelivery.max(earlier));
     }
     fields.insert(BRIDGED.into(), bridged);
     // Compact: a signal dropped as compact JSON must not outgrow the size cap by crossing.

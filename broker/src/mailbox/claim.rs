@@ -397,17 +397,25 @@ impl Mailbox {
 
     /// Claims the scanned `item` in `dir` for a bridge into `bridge/outbox/`, in `batch`
     /// (durable at its commit), as [`Mailbox::claim`] claims into a slot: the record says
-    /// `exported` by `host` (spec/bridge.md §3).
+    /// `exported` by `host` (spec/bridge.md §3), with `redelivery` for a claim taken from a
+    /// dead consumer's slot.
     pub(super) fn claim_for_export(
         &self,
         dir: &Path,
         item: &Item,
         host: &str,
+        redelivery: u32,
         pass: &mut Pass,
         batch: &mut Batch,
     ) -> Result<Option<Delivery>> {
         let outbox = self.layout.outbox.clone();
-        let extra = Handled::Exported.fields(host);
+        let mut extra = Handled::Exported.fields(host);
+        // A claim a dead consumer never handed over: the count follows it (spec/bridge.md §5).
+        if redelivery > 0
+            && let Some(Value::Object(block)) = extra.get_mut(crate::body::key::HANDLING_METADATA)
+        {
+            block.insert(crate::body::key::REDELIVERY.into(), redelivery.into());
+        }
         batch.dest = Some(outbox.clone());
         self.claim_into(
             &outbox,
