@@ -312,3 +312,57 @@ fn a_group_that_cannot_be_handed_over_is_put_back() {
     assert_eq!(got, sent);
     assert!(mb.pass("Executor", None).unwrap().delivered.is_empty());
 }
+
+/// Plays the orchestrator at the moment a consumer is about to claim its oldest signal from
+/// `inputs/`: moves that signal into the consumer's buffer first (the agent looked absent).
+struct BufferFirst {
+    root: std::path::PathBuf,
+    done: AtomicBool,
+}
+
+impl FsHook for BufferFirst {
+    fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
+        let from = match op {
+            FsOp::Rename { from, .. } | FsOp::Link { from, .. } => *from,
+            _ => return Ok(()),
+        };
+        if from.parent() == Some(self.root.join("inputs").as_path())
+            && !self.done.swap(true, Ordering::SeqCst)
+        {
+            let buffer = self.root.join("buffered/Executor");
+            std::fs::create_dir_all(&buffer)?;
+            std::fs::rename(from, buffer.join(from.file_name().unwrap()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The orchestrator moving a consumer's oldest signal into its buffer between the consumer's
+/// scan and its claim does not let a later signal overtake it (spec/mailbox.md §4): the claim
+/// lost in `inputs/` is made from the buffer, in its turn.
+#[test]
+fn a_signal_buffered_under_a_claim_keeps_its_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let plain = sigbox::Mailbox::init(&root).unwrap();
+    for m in ["first", "second", "third"] {
+        let mut s = sig();
+        s.message(m);
+        plain.send(&s).unwrap();
+    }
+    let mb = MailboxOptions::new()
+        .hook(Arc::new(BufferFirst {
+            root: root.clone(),
+            done: AtomicBool::new(false),
+        }))
+        .open(&root)
+        .unwrap();
+    let got: Vec<String> = mb
+        .pass("Executor", None)
+        .unwrap()
+        .delivered
+        .into_iter()
+        .map(|s| s.message.unwrap_or_default())
+        .collect();
+    assert_eq!(got, ["first", "second", "third"]);
+}

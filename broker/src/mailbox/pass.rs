@@ -360,7 +360,22 @@ impl Mailbox {
                 // Claims join the batch: durable when it commits.
                 Action::Claim => {
                     let slot = self.own_slot(agent, run.flight)?;
-                    let d = self.claim(&slot, dir, item, agent, run.pass, run.batch)?;
+                    let before = run.batch.len();
+                    let mut d = self.claim(&slot, dir, item, agent, run.pass, run.batch)?;
+                    // Lost to the orchestrator, which moved it into this agent's buffer since
+                    // the scan (the agent was absent a moment): taken from there in its turn,
+                    // so that no later signal overtakes it (spec/mailbox.md §4).
+                    if d.is_none()
+                        && run.batch.len() == before
+                        && item.source == Source::Inputs
+                        && self.io.stamp(&own.join(&item.name))?.is_some()
+                    {
+                        let moved = Item {
+                            source: Source::Buffer,
+                            ..item.clone()
+                        };
+                        d = self.claim(&slot, &own, &moved, agent, run.pass, run.batch)?;
+                    }
                     // A claim by link is decided at the commit (§9.10): one that would stop
                     // the pass commits at once.
                     if d.is_none()
