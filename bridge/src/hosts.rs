@@ -111,14 +111,44 @@ impl Hosts {
                 Ok(())
             }
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
-                Err(anyhow::Error::new(Clash(format!(
-                    "another bridge wrote the entry of host {:?}: two bridges run under one \
-                     host name; this one stops (give each its own --host)",
-                    self.host
-                ))))
+                self.recover(state).await
             }
             Err(e) => Err(anyhow!("{}: {e}", host_key(&self.host))),
         }
+    }
+
+    /// After a write refused for its revision: this process's own earlier write the server
+    /// applied late (a stall, a timeout), or an entry a wiped server no longer has, is taken
+    /// up again; only another process's entry is a [`Clash`].
+    async fn recover(&self, state: Value) -> Result<()> {
+        let key = host_key(&self.host);
+        let bytes = serde_json::to_vec(&state)?;
+        let entry = self.kv.entry(&key).await.map_err(|e| anyhow!("{key}: {e}"))?;
+        let rev = match entry {
+            Some(e) if e.operation == kv::Operation::Put => {
+                let theirs: Value = serde_json::from_slice(&e.value).unwrap_or(Value::Null);
+                if theirs["instance"] != json!(self.instance) {
+                    return Err(anyhow::Error::new(Clash(format!(
+                        "another bridge (pid {} there) wrote the entry of host {:?}: two \
+                         bridges run under one host name; this one stops (give each its own \
+                         --host)",
+                        theirs["pid"], self.host
+                    ))));
+                }
+                self.kv
+                    .update(&key, bytes.into(), e.revision)
+                    .await
+                    .map_err(|e| anyhow!("{key}: {e}"))?
+            }
+            // Gone (a wiped or replaced server, a deleted bucket): written anew.
+            _ => self
+                .kv
+                .put(&key, bytes.into())
+                .await
+                .map_err(|e| anyhow!("{key}: {e}"))?,
+        };
+        *lock(&self.revision) = rev;
+        Ok(())
     }
 
     /// Records that `agent` took its presence on this host now.

@@ -264,7 +264,7 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
             b.names.broadcast_subject(),
             true,
         )),
-        tokio::spawn(state_loop(b.clone(), hosts.clone())),
+        tokio::spawn(state_loop(b.clone(), js.clone(), hosts.clone())),
         tokio::spawn(ack_export_loop(b.clone(), js.clone())),
         tokio::spawn(import_loop(
             b.clone(),
@@ -817,7 +817,7 @@ async fn double_ack(m: &jetstream::Message) -> Result<()> {
 }
 
 /// Writes `bridge/state.json` and this host's entry in the hosts bucket every second.
-async fn state_loop(b: Arc<Bridge>, hosts: Arc<Hosts>) {
+async fn state_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
     loop {
         let state = write_state(&b, true);
         match hosts.publish(state).await {
@@ -828,9 +828,14 @@ async fn state_loop(b: Arc<Bridge>, hosts: Arc<Hosts>) {
                 b.stop_now.notify_one();
                 return;
             }
-            Err(e) => b
-                .counts
-                .error("cannot record this host in the bucket", &format!("{e:#}")),
+            Err(e) => {
+                b.counts
+                    .error("cannot record this host in the bucket", &format!("{e:#}"));
+                // A server that lost the bucket (wiped, replaced) gets it again.
+                if let Err(e) = setup(&js, &b.names, &b.setup).await {
+                    b.counts.error("cannot set up the streams", &format!("{e:#}"));
+                }
+            }
         }
         tokio::time::sleep(STATE_EVERY).await;
     }

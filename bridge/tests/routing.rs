@@ -605,3 +605,39 @@ fn a_claim_a_dead_consumer_never_handed_over_follows_its_agent_marked() {
         .is_empty()
     );
 }
+
+/// A server that stalls (its answers come after the bridge gave up waiting) or comes back with
+/// an empty store: the bridges carry on (their own late writes are not another bridge's), make
+/// the streams and the bucket again, and signals flow.
+#[test]
+fn bridges_carry_on_through_a_stalled_server_and_a_wiped_one() {
+    use rustix::process::Signal as Sig;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "stall", &[]);
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "stall", &[]);
+    let m1 = h1.mailbox();
+    let _ann = m1.presence("Ann").unwrap();
+    eventually("both up", || h0.state()["connected"] == true && h1.state()["connected"] == true);
+    server.signal(Sig::STOP);
+    thread::sleep(Duration::from_secs(8));
+    server.signal(Sig::CONT);
+    h0.mailbox().send(&steer("Ann", "after the stall")).unwrap();
+    assert_eq!(
+        messages(&take(&m1, "Ann", None, 1, Duration::from_secs(30))),
+        ["after the stall"]
+    );
+    // The server loses its store.
+    server.kill();
+    std::fs::remove_dir_all(dir.path().join("js")).unwrap();
+    server.restart();
+    h0.mailbox().send(&steer("Ann", "after the wipe")).unwrap();
+    assert_eq!(
+        messages(&take(&m1, "Ann", None, 1, Duration::from_secs(30))),
+        ["after the wipe"]
+    );
+    thread::sleep(Duration::from_secs(2));
+    for h in [&h0, &h1] {
+        assert_eq!(h.state()["running"], true, "{}:\n{}", h.name, h.log());
+    }
+}

@@ -147,6 +147,12 @@ impl Server {
         }
     }
 
+    /// Sends `sig` to the server (SIGSTOP and SIGCONT: a stall).
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        let c = self.child.as_ref().expect("the server runs");
+        rustix::process::kill_process(rustix::process::Pid::from_child(c), sig).unwrap();
+    }
+
     /// SIGKILL: the server stops at once, as on a crash.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
