@@ -123,7 +123,11 @@ impl Hosts {
     async fn recover(&self, state: Value) -> Result<()> {
         let key = host_key(&self.host);
         let bytes = serde_json::to_vec(&state)?;
-        let entry = self.kv.entry(&key).await.map_err(|e| anyhow!("{key}: {e}"))?;
+        let entry = self
+            .kv
+            .entry(&key)
+            .await
+            .map_err(|e| anyhow!("{key}: {e}"))?;
         let rev = match entry {
             Some(e) if e.operation == kv::Operation::Put => {
                 let theirs: Value = serde_json::from_slice(&e.value).unwrap_or(Value::Null);

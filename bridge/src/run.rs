@@ -114,6 +114,8 @@ struct Bridge {
     wake: tokio::sync::Notify,
     /// True while filesystem events wake the exporter.
     watching: AtomicBool,
+    /// True once the streams are set up and presence is known: the bridge works.
+    ready: AtomicBool,
     /// The pending broadcasts the exporter has no more to do with.
     broadcasts_seen: Arc<Mutex<sigbox::BroadcastsSeen>>,
 }
@@ -177,6 +179,7 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         stop: AtomicBool::new(false),
         wake: tokio::sync::Notify::new(),
         watching: AtomicBool::new(false),
+        ready: AtomicBool::new(false),
         broadcasts_seen: Arc::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -253,6 +256,7 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
             return Ok(());
         }
     }
+    b.ready.store(true, Ordering::Relaxed);
     watch_inputs(&b);
     let mut tasks: Vec<JoinHandle<()>> = vec![
         tokio::spawn(export_loop(b.clone(), js.clone())),
@@ -275,6 +279,7 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
             true,
         )),
     ];
+    let hosts_final = hosts.clone();
     tasks.push(tokio::spawn(presence_loop(b.clone(), js.clone(), hosts)));
     tokio::select! {
         () = shutdown_signal() => {}
@@ -288,6 +293,11 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(10), exporter).await;
     for t in tasks {
         t.abort();
+    }
+    // The other hosts see this one stopped, not silent.
+    if lock(&b.fatal).is_none() {
+        let last = state_of(&b, false);
+        let _ = tokio::time::timeout(Duration::from_secs(2), hosts_final.publish(last)).await;
     }
     match lock(&b.fatal).take() {
         Some(why) => Err(anyhow!(why)),
@@ -833,7 +843,8 @@ async fn state_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
                     .error("cannot record this host in the bucket", &format!("{e:#}"));
                 // A server that lost the bucket (wiped, replaced) gets it again.
                 if let Err(e) = setup(&js, &b.names, &b.setup).await {
-                    b.counts.error("cannot set up the streams", &format!("{e:#}"));
+                    b.counts
+                        .error("cannot set up the streams", &format!("{e:#}"));
                 }
             }
         }
@@ -868,6 +879,7 @@ fn state_of(b: &Bridge, running: bool) -> Value {
         "nats": b.nats,
         "pid": std::process::id(),
         "running": running,
+        "ready": b.ready.load(Ordering::Relaxed),
         "connected": b.client.get().is_some_and(|c| {
             c.connection_state() == async_nats::connection::State::Connected
         }),

@@ -122,11 +122,25 @@ async fn cluster_view(url: &str, names: &Names) -> Result<Value> {
 /// A value as text: a string as it is, a number as digits, anything else `?`.
 fn text(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => clean(s),
         Value::Number(n) => n.to_string(),
         Value::Bool(b) => b.to_string(),
         _ => "?".into(),
     }
+}
+
+/// `s` with its control characters escaped (`\u{1b}`): what other hosts and files say is shown,
+/// never obeyed by the terminal.
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\u{{{:x}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// How long ago an RFC 3339 instant was, by this machine's clock.
@@ -169,7 +183,7 @@ fn print_text(r: &Value) {
             text(&s["errors"])
         );
         if let Some(e) = s["last_error"].as_str() {
-            let _ = writeln!(o, "  last error: {e}");
+            let _ = writeln!(o, "  last error: {}", clean(e));
         }
     } else {
         let _ = writeln!(o, "  no bridge has run on this root");
@@ -182,7 +196,7 @@ fn print_text(r: &Value) {
     );
     let c = &r["cluster"];
     if let Some(e) = c["error"].as_str() {
-        let _ = writeln!(o, "server {}: {e}", text(&r["server"]));
+        let _ = writeln!(o, "server {}: {}", text(&r["server"]), clean(e));
     }
     if let Some(hosts) = c["hosts"].as_object() {
         let _ = writeln!(o, "hosts:");
@@ -205,7 +219,8 @@ fn print_text(r: &Value) {
             };
             let _ = writeln!(
                 o,
-                "  {h}: {how}; {} present [{}]; exported {}, imported {}; updated {}",
+                "  {}: {how}; {} present [{}]; exported {}, imported {}; updated {}",
+                clean(h),
                 present.len(),
                 present.join(", "),
                 text(&v["exported"]),
@@ -217,7 +232,7 @@ fn print_text(r: &Value) {
     if let Some(agents) = c["agents"].as_object().filter(|a| !a.is_empty()) {
         let _ = writeln!(o, "agents (the host each last took its presence on):");
         for (a, h) in agents {
-            let _ = writeln!(o, "  {a}: {}", text(h));
+            let _ = writeln!(o, "  {}: {}", clean(a), text(h));
         }
     }
     if let Some(cons) = c["consumers"].as_object() {
@@ -226,12 +241,13 @@ fn print_text(r: &Value) {
             if let Some(p) = v.get("pending") {
                 let _ = writeln!(
                     o,
-                    "  {name}: {} pending, {} unacknowledged",
+                    "  {}: {} pending, {} unacknowledged",
+                    clean(name),
                     text(p),
                     text(&v["unacknowledged"])
                 );
             } else {
-                let _ = writeln!(o, "  {name}: {} messages", text(&v["messages"]));
+                let _ = writeln!(o, "  {}: {} messages", clean(name), text(&v["messages"]));
             }
         }
     }

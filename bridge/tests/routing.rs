@@ -362,6 +362,8 @@ fn status_shows_every_host_and_the_lag_and_doctor_reports_a_stopped_bridges_outb
     let exit = h0.stop().unwrap();
     assert!(exit.success(), "{exit:?}");
     assert_eq!(h0.state()["running"], false);
+    // The other hosts see it stopped, not silent.
+    assert_eq!(status()["cluster"]["hosts"]["h0"]["running"], false);
     let sent = std::fs::read_dir(h0.root.join("bridge/sent"))
         .unwrap()
         .next()
@@ -618,7 +620,9 @@ fn bridges_carry_on_through_a_stalled_server_and_a_wiped_one() {
     let h1 = Host::start(dir.path(), "h1", &server.url(), "stall", &[]);
     let m1 = h1.mailbox();
     let _ann = m1.presence("Ann").unwrap();
-    eventually("both up", || h0.state()["connected"] == true && h1.state()["connected"] == true);
+    eventually("both up", || {
+        h0.state()["connected"] == true && h1.state()["connected"] == true
+    });
     server.signal(Sig::STOP);
     thread::sleep(Duration::from_secs(8));
     server.signal(Sig::CONT);
@@ -640,4 +644,24 @@ fn bridges_carry_on_through_a_stalled_server_and_a_wiped_one() {
     for h in [&h0, &h1] {
         assert_eq!(h.state()["running"], true, "{}:\n{}", h.name, h.log());
     }
+}
+
+#[test]
+fn a_signal_as_large_as_send_takes_crosses() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), "max_payload: 2097152");
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "cap", &[]);
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "cap", &[]);
+    let m1 = h1.mailbox();
+    let _bob = m1.presence("Bob").unwrap();
+    thread::sleep(Duration::from_millis(400));
+    // The largest message `send` takes, to the byte.
+    let m0 = h0.mailbox();
+    let mut n = 1_044_400;
+    while m0.send(&steer("Bob", &"q".repeat(n))).is_err() {
+        n -= 10;
+    }
+    let got = take(&m1, "Bob", None, 1, Duration::from_secs(20));
+    assert_eq!(got.len(), 1, "{}", h1.log());
+    assert_eq!(got[0].message.as_ref().map(String::len), Some(n));
 }

@@ -457,10 +457,32 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
                 ),
             );
         }
-        let connected = state
+        let flag = |k: &str| {
+            state
+                .as_ref()
+                .and_then(|s| s.get(k))
+                .and_then(serde_json::Value::as_bool)
+        };
+        let since = state
             .as_ref()
-            .and_then(|s| s.get("connected"))
-            .and_then(serde_json::Value::as_bool);
+            .and_then(|s| s.get("started_at")?.as_str().map(str::to_string))
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+            .map(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds());
+        if flag("connected") == Some(true)
+            && flag("ready") == Some(false)
+            && since.is_some_and(|s| s > 15)
+        {
+            push(
+                Severity::Problem,
+                &state_path,
+                format!(
+                    "the bridge reaches its server {} but cannot set up its streams: {}",
+                    text("nats"),
+                    text("last_error")
+                ),
+            );
+        }
+        let connected = flag("connected");
         if connected == Some(false) {
             push(
                 Severity::Problem,
@@ -469,7 +491,10 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
                     "the bridge cannot reach its server {}: {}; signals for other hosts wait \
                      here until it can",
                     text("nats"),
-                    text("last_error")
+                    match text("last_error").as_str() {
+                        "?" => "the connection is down".to_string(),
+                        e => e.to_string(),
+                    }
                 ),
             );
         }

@@ -28,6 +28,10 @@ use crate::io::{Linked, ReadOutcome};
 use crate::name;
 use crate::signal::{SignalType, Target};
 
+/// Room the `bridged` field takes in a signal that crosses hosts, out of the room a signal
+/// keeps for its handling records.
+const BRIDGED_ROOM: u64 = 512;
+
 /// The bridge's state file in `bridge/`.
 const STATE_FILE: &str = "state.json";
 
@@ -312,7 +316,14 @@ impl Mailbox {
                         continue;
                     }
                     match self.broadcast_out(&dir, &item, host)? {
-                        Some(Ok(o)) => broadcasts.push(o),
+                        Some(Ok(o)) if self.crosses(o.body.len()) => broadcasts.push(o),
+                        // Too large to cross: it stays pending here only, marked so that it is
+                        // not tried again.
+                        Some(Ok(o)) => {
+                            tracing::warn!(id = %o.id, bytes = o.body.len(), "a broadcast too large to cross hosts stays here only");
+                            self.bridge_exported(std::slice::from_ref(&o))?;
+                            settled.insert(&item);
+                        }
                         Some(Err(())) => settled.insert(&item),
                         None => {}
                     }
@@ -369,9 +380,7 @@ impl Mailbox {
                 held,
                 redelivery,
             ) {
-                Ok(o) if o.body.len() as u64 + HANDLING_ROOM <= self.opts.max_file_size => {
-                    out.push(o)
-                }
+                Ok(o) if self.crosses(o.body.len()) => out.push(o),
                 _ => {
                     // Read again, as a bridge that stopped would: the outbox decides.
                     if let Some(o) = self.outgoing_in_outbox(&name, instant.unwrap_or(0), host)? {
@@ -552,11 +561,11 @@ impl Mailbox {
                 "{file_name:?} is not a canonical signal name"
             )));
         };
-        if body.len() as u64 + HANDLING_ROOM > self.opts.max_file_size {
+        if !self.crosses(body.len()) {
             return Ok(Imported::Refused(format!(
-                "{} bytes, over the cap of {} bytes with room for its handling record",
+                "{} bytes, over the cap of {} bytes for a signal from another host",
                 body.len(),
-                self.opts.max_file_size - HANDLING_ROOM
+                self.crossing_cap()
             )));
         }
         let dest = self.layout.inputs.join(file_name);
@@ -621,6 +630,16 @@ impl Mailbox {
             }
         }
         Ok(false)
+    }
+
+    /// The largest body that crosses hosts: a signal `send` takes (the size cap less room for
+    /// its handling records) with room for the `bridged` field the crossing adds.
+    fn crossing_cap(&self) -> u64 {
+        self.opts.max_file_size - HANDLING_ROOM + BRIDGED_ROOM
+    }
+
+    fn crosses(&self, len: usize) -> bool {
+        len as u64 <= self.crossing_cap()
     }
 
     /// The marker name of an exported broadcast: a hash of its id.
@@ -698,17 +717,14 @@ impl Mailbox {
                         let held = Held::Outbox(name.to_os_string());
                         let again = body::redeliveries(&bytes, &fname);
                         match outgoing(id, &fname, sig, instant, host, held, again) {
-                            Ok(o)
-                                if o.body.len() as u64 + HANDLING_ROOM
-                                    <= self.opts.max_file_size =>
-                            {
+                            Ok(o) if self.crosses(o.body.len()) => {
                                 return Ok(Some(o));
                             }
                             Ok(o) => format!(
                                 "{} bytes as it would cross to another host, over the cap of {} \
-                             bytes with room for its handling record",
+                                 bytes for a signal that crosses",
                                 o.body.len(),
-                                self.opts.max_file_size - HANDLING_ROOM
+                                self.crossing_cap()
                             ),
                             Err(e) => e.to_string(),
                         }
