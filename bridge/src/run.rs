@@ -268,7 +268,6 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
             b.names.broadcast_subject(),
             true,
         )),
-        tokio::spawn(state_loop(b.clone(), js.clone(), hosts.clone())),
         tokio::spawn(ack_export_loop(b.clone(), js.clone())),
         tokio::spawn(import_loop(
             b.clone(),
@@ -280,6 +279,7 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
         )),
     ];
     let hosts_final = hosts.clone();
+    let state_task = tokio::spawn(state_loop(b.clone(), js.clone(), hosts.clone()));
     tasks.push(tokio::spawn(presence_loop(b.clone(), js.clone(), hosts)));
     tokio::select! {
         () = shutdown_signal() => {}
@@ -294,10 +294,22 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
     for t in tasks {
         t.abort();
     }
+    // The state writer ends at its next turn (it looks at the stop flag), so that no write of
+    // its own comes after the last one below.
+    if tokio::time::timeout(STATE_EVERY * 3, state_task)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the state writer did not end");
+    }
     // The other hosts see this one stopped, not silent.
     if lock(&b.fatal).is_none() {
         let last = state_of(&b, false);
-        let _ = tokio::time::timeout(Duration::from_secs(2), hosts_final.publish(last)).await;
+        match tokio::time::timeout(Duration::from_secs(5), hosts_final.publish(last)).await {
+            Ok(Ok(())) => tracing::info!("recorded this host stopped"),
+            Ok(Err(e)) => tracing::warn!("cannot record this host stopped: {e:#}"),
+            Err(_) => tracing::warn!("cannot record this host stopped: no answer within 5 s"),
+        }
     }
     match lock(&b.fatal).take() {
         Some(why) => Err(anyhow!(why)),
@@ -828,7 +840,7 @@ async fn double_ack(m: &jetstream::Message) -> Result<()> {
 
 /// Writes `bridge/state.json` and this host's entry in the hosts bucket every second.
 async fn state_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
-    loop {
+    while !b.stop.load(Ordering::Relaxed) {
         let state = write_state(&b, true);
         match hosts.publish(state).await {
             Ok(()) => {}

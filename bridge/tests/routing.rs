@@ -363,7 +363,13 @@ fn status_shows_every_host_and_the_lag_and_doctor_reports_a_stopped_bridges_outb
     assert!(exit.success(), "{exit:?}");
     assert_eq!(h0.state()["running"], false);
     // The other hosts see it stopped, not silent.
-    assert_eq!(status()["cluster"]["hosts"]["h0"]["running"], false);
+    let s = status();
+    assert_eq!(
+        s["cluster"]["hosts"]["h0"]["running"],
+        false,
+        "{s}\n{}",
+        h0.log()
+    );
     let sent = std::fs::read_dir(h0.root.join("bridge/sent"))
         .unwrap()
         .next()
