@@ -13,9 +13,9 @@ use async_nats::jetstream::kv;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
-/// How long a bridge watches another's entry under its own host name before taking it: two
-/// of that bridge's state writes.
-const CLASH_WATCH: Duration = Duration::from_millis(2500);
+/// How long a bridge watches another's entry under its own host name before taking it: three
+/// of that bridge's state writes, with room for a loaded machine.
+const CLASH_WATCH: Duration = Duration::from_millis(3500);
 
 pub(crate) struct Hosts {
     kv: kv::Store,

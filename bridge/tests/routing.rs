@@ -464,13 +464,27 @@ fn two_bridges_under_one_host_name_are_refused() {
     });
     let root = dir.path().join("b");
     Mailbox::init(&root).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
+    let mut second = Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
         .args(["--root", root.to_str().unwrap(), "--nats", &server.url()])
         .args(["--mailbox", "clash", "--host", "same"])
-        .output()
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    // Never a hang: a second bridge that runs on is killed, and the test fails.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = second.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("the second bridge under the same host name kept running");
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(2));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut err).unwrap();
     assert!(
         err.contains("another bridge runs as host \"same\""),
         "{err}"
