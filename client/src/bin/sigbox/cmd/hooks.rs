@@ -424,27 +424,14 @@ pub(crate) fn exec_mcp(
     channel: bool,
     settle: std::time::Duration,
 ) -> anyhow::Result<ExitCode> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
-    let server = exe.with_file_name("sigbox-mcp");
-    if !server.exists() {
-        bail!(
-            "{}: not installed; install it with `cargo install --path mcp` (beside sigbox)",
-            server.display()
-        );
-    }
-    let mut c = std::process::Command::new(&server);
-    c.arg("--root").arg(root).arg("--as").arg(agent);
+    let mut args: Vec<std::ffi::OsString> = vec!["--as".into(), agent.into()];
     if let Some(s) = state {
-        c.arg("--state").arg(s);
+        args.extend(["--state".into(), s.into()]);
     }
     if channel {
-        c.arg("--channel");
+        args.push("--channel".into());
     }
-    // The global --settle (or SIGBOX_SETTLE), as the server takes it.
-    c.arg("--settle").arg(format!("{}ms", settle.as_millis()));
-    let err = c.exec();
-    Err(anyhow::Error::new(err).context(format!("{}: cannot run", server.display())))
+    exec_beside("sigbox-mcp", "mcp", root, settle, &args)
 }
 
 /// `sigbox bridge ...`: runs the `sigbox-bridge` program installed beside `sigbox` with the
@@ -454,21 +441,34 @@ pub(crate) fn exec_bridge(
     args: &[std::ffi::OsString],
     settle: std::time::Duration,
 ) -> anyhow::Result<ExitCode> {
+    exec_beside("sigbox-bridge", "bridge", root, settle, args)
+}
+
+/// Replaces this process by `program`, installed beside `sigbox` (from the workspace's
+/// `crate_dir`), with `--root`, the global `--settle` (or `SIGBOX_SETTLE`) as the program takes
+/// it, then `args`.
+fn exec_beside(
+    program: &str,
+    crate_dir: &str,
+    root: &Path,
+    settle: std::time::Duration,
+    args: &[std::ffi::OsString],
+) -> anyhow::Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
-    let bridge = exe.with_file_name("sigbox-bridge");
-    if !bridge.exists() {
+    let path = exe.with_file_name(program);
+    if !path.exists() {
         bail!(
-            "{}: not installed; install it with `cargo install --path bridge` (beside sigbox)",
-            bridge.display()
+            "{}: not installed; install it with `cargo install --path {crate_dir}` (beside sigbox)",
+            path.display()
         );
     }
-    let mut c = std::process::Command::new(&bridge);
-    c.arg("--root")
+    let err = std::process::Command::new(&path)
+        .arg("--root")
         .arg(root)
         .arg("--settle")
         .arg(format!("{}ms", settle.as_millis()))
-        .args(args);
-    let err = c.exec();
-    Err(anyhow::Error::new(err).context(format!("{}: cannot run", bridge.display())))
+        .args(args)
+        .exec();
+    Err(anyhow::Error::new(err).context(format!("{}: cannot run", path.display())))
 }
