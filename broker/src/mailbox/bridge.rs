@@ -9,6 +9,7 @@
 //! | `R/bridge/sent/` | signals exported, each annotated `action_taken: exported` |
 //! | `R/bridge/broadcasts/<16 hex>` | a pending broadcast exported (broadcasts stay in `inputs/`) |
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -179,9 +180,8 @@ impl Mailbox {
                 .io
                 .list(dir, true)?
                 .iter()
-                .filter(|e| {
-                    !atomic::is_stage_name(&e.name) && !e.name.as_encoded_bytes().starts_with(b".")
-                })
+                // Dot-files are writes in progress (staging names, a claim's moved-aside source).
+                .filter(|e| !e.name.as_encoded_bytes().starts_with(b"."))
                 .count())
         };
         Ok((count(&self.layout.outbox)?, count(&self.layout.sent)?))
@@ -261,7 +261,7 @@ impl Mailbox {
         // of this host: they follow it, marked as delivered again (spec/bridge.md §5). Each
         // dead slot is locked while this round works on it.
         let mut slot_locks = Vec::new();
-        let mut again: Vec<(PathBuf, u32)> = Vec::new();
+        let mut again: HashMap<PathBuf, u32> = HashMap::new();
         for e in self.io.list(&self.layout.claimed, true)? {
             let Some(agent) = e.name.to_str().filter(|a| crate::signal::valid_agent(a)) else {
                 continue;
@@ -282,7 +282,7 @@ impl Mailbox {
                         }
                         _ => 0,
                     };
-                    again.push((path, n.saturating_add(1)));
+                    again.insert(path, n.saturating_add(1));
                     items.push((slot.clone(), it));
                 }
                 slot_locks.push(lock);
@@ -294,7 +294,7 @@ impl Mailbox {
         let mut batch = Batch::new(max.max(1));
         let mut broadcasts = Vec::new();
         // The FIFO instant of each claimed file, by where it was.
-        let mut instants: Vec<(PathBuf, i128)> = Vec::new();
+        let mut instants: HashMap<PathBuf, i128> = HashMap::new();
         // Targets whose next signal could not be taken this round: their later signals wait
         // for the next round too, so that each producer's order holds in the stream.
         let mut blocked: Vec<Target> = Vec::new();
@@ -341,7 +341,7 @@ impl Mailbox {
             }
             let before = batch.len();
             let src = dir.join(&item.name);
-            let redelivery = again.iter().find(|(p, _)| *p == src).map_or(0, |(_, n)| *n);
+            let redelivery = again.get(&src).copied().unwrap_or(0);
             match self.claim_for_export(&dir, &item, host, redelivery, &mut pass, &mut batch)? {
                 Some(d) => batch.push(d),
                 None if batch.len() > before => {} // a claim by link, decided at the commit
@@ -350,7 +350,7 @@ impl Mailbox {
                     continue;
                 }
             }
-            instants.push((dir.join(&item.name), item.instant));
+            instants.insert(src, item.instant);
         }
         self.commit(&mut batch)?;
         for r in batch.rejected.drain(..).chain(pass.rejected.drain(..)) {
@@ -359,7 +359,7 @@ impl Mailbox {
         let mut out = Vec::new();
         for d in batch.take_durable() {
             let instant = match &d.undo {
-                Undo::Claim(src) => instants.iter().find(|(p, _)| p == src).map(|(_, t)| *t),
+                Undo::Claim(src) => instants.get(src).copied(),
                 _ => None,
             };
             let Some(name) = d.signal.path.file_name().map(OsStr::to_os_string) else {
