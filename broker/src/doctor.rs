@@ -400,14 +400,8 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
                 None
             }
         },
-        Err(_) => {
-            push(
-                Severity::Problem,
-                &state_path,
-                "not a regular file (planted?): remove it; a running bridge writes it again \
-                 every second"
-                    .into(),
-            );
+        Err(e) => {
+            push(Severity::Problem, &state_path, e.reason().to_string());
             None
         }
     };

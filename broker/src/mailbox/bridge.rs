@@ -165,10 +165,11 @@ impl Mailbox {
         match self.io.read_untrusted(&path, self.opts.max_file_size)? {
             ReadOutcome::Gone => Ok(None),
             ReadOutcome::Bytes(bytes, _) => Ok(Some(bytes)),
-            other => Err(Error::new(
+            _ => Err(Error::new(
                 ErrorKind::NotRegularFile,
                 Some(&path),
-                other.rejection().unwrap_or_default(),
+                "not a regular file (planted?): remove it; a running bridge writes it again \
+                 every second",
             )),
         }
     }
