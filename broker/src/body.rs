@@ -707,6 +707,15 @@ pub(crate) fn read_signal_end(
     Ok((signal, end))
 }
 
+/// How many bytes of a record are the signal: up to where the handling block a claim wrote
+/// starts (§3.4; inside a JSON mapping, or after a YAML block mapping), else all of it. Only
+/// the size cap asks (spec/mailbox.md §3.3): a record may outgrow the cap by its block.
+pub(crate) fn signal_len(record: &[u8]) -> usize {
+    let json = memchr::memmem::rfind(record, JSON_HANDLING_MARKER);
+    let yaml = memchr::memmem::rfind(record, YAML_HANDLING_MARKER.as_bytes()).map(|at| at + 1);
+    json.into_iter().chain(yaml).max().unwrap_or(record.len())
+}
+
 /// How a claim records its handling in the file: the bytes from `at` to the end are replaced
 /// by `tail` (spec/mailbox.md §3.4), so that the record stays one document in its own format
 /// for any reader.

@@ -81,6 +81,27 @@ pub(crate) fn settling_file(
     settling(stamp, window, now)
 }
 
+/// The least time a regular file with more than one link is given to lose its other name
+/// before the hard-link rule refuses it (spec/mailbox.md §3.3): a maildir-style delivery
+/// (`ln tmp/x inputs/x; rm tmp/x`) or another consumer's claim by link between its link and
+/// its unlink holds two links for a moment.
+pub(crate) const LINK_GRACE: Duration = Duration::from_secs(2);
+
+/// The hard-link rule's wait (spec/mailbox.md §3.3): a regular file with more than one link
+/// whose links or content changed (its ctime or mtime) less than the settle window, and at
+/// least [`LINK_GRACE`], before `now` may still be losing its other name: `Some(eligible_at)`
+/// until then. `None` for a file with one link, or whose second link has stayed that long.
+pub(crate) fn links_settling(
+    stamp: &Stamp,
+    window: Duration,
+    now: SystemTime,
+) -> Option<SystemTime> {
+    if stamp.nlink < 2 || stamp.kind != crate::sys::EntryKind::File {
+        return None;
+    }
+    settling(stamp, window.max(LINK_GRACE), now)
+}
+
 /// The settle rule (spec/mailbox.md §5, spec/goblin.md): an entry last changed (the later of
 /// mtime and ctime) less than `window` before `now` may still be being written.
 /// `Some(eligible_at)` while it is inside the window, `None` once it has settled.
@@ -129,6 +150,27 @@ mod tests {
         assert_eq!(settling(&st, w, at(12)), Some(at(13)));
         assert_eq!(settling(&st, w, at(13)), None);
         assert_eq!(settling(&st, Duration::ZERO, at(11)), None);
+    }
+
+    #[test]
+    fn a_second_link_is_given_at_least_the_grace_to_go() {
+        let at = |ms: i128| time_of(ms * 1_000_000);
+        let mut st = stamp(10_000_000_000, 10_500_000_000);
+        // One link: nothing to wait for.
+        assert_eq!(links_settling(&st, Duration::ZERO, at(10_600)), None);
+        st.nlink = 2;
+        // Measured from the last change (the link's ctime), never less than the grace.
+        assert_eq!(
+            links_settling(&st, Duration::ZERO, at(10_600)),
+            Some(at(12_500))
+        );
+        assert_eq!(links_settling(&st, Duration::ZERO, at(12_500)), None);
+        // A longer settle window counts instead.
+        let w = Duration::from_secs(5);
+        assert_eq!(links_settling(&st, w, at(12_600)), Some(at(15_500)));
+        // A directory is never waited for.
+        st.kind = crate::sys::EntryKind::Dir;
+        assert_eq!(links_settling(&st, Duration::ZERO, at(10_600)), None);
     }
 
     #[test]

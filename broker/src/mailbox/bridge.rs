@@ -162,7 +162,7 @@ impl Mailbox {
     /// `bridge/state.json` as the bridge last wrote it; `None` when there is none.
     pub fn bridge_state(&self) -> Result<Option<Vec<u8>>> {
         let path = self.layout.bridge.join(STATE_FILE);
-        match self.io.read_untrusted(&path, self.opts.max_file_size)? {
+        match self.read_signal_file(&path)? {
             ReadOutcome::Gone => Ok(None),
             ReadOutcome::Bytes(bytes, _) => Ok(Some(bytes)),
             _ => Err(Error::new(
@@ -277,7 +277,7 @@ impl Mailbox {
                 let scan = self.scan(&slot, Source::Buffer, &|_| true, SystemTime::now())?;
                 for it in scan.items {
                     let path = slot.join(&it.name);
-                    let n = match self.io.read_untrusted(&path, self.opts.max_file_size)? {
+                    let n = match self.read_signal_file(&path)? {
                         ReadOutcome::Bytes(bytes, _) => {
                             body::redeliveries(&bytes, &lossy(&it.name))
                         }

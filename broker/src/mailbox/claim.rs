@@ -290,7 +290,7 @@ impl Mailbox {
     fn decide_link(&self, l: &LinkedClaim, batch: &mut Batch) -> Result<Option<Delivery>> {
         let src = l.dir.join(&l.name);
         if let Some(other) = atomic::remove_linked_source(&self.io, &src, &l.dest, l.ino)? {
-            let (_, file) = self.io.read_claimed(&other, self.opts.max_file_size)?;
+            let (_, file) = self.read_claimed_signal(&other)?;
             self.put_back(&other, &l.dir, &l.name, file.as_ref())?;
         }
         let recorded = match self.annotate(&l.dest, &l.name, &l.extra, &l.agent, l.expected) {
@@ -705,9 +705,7 @@ impl Mailbox {
         path: &Path,
         name: &OsStr,
     ) -> Result<Option<(String, crate::sys::Stamp)>> {
-        let ReadOutcome::Bytes(bytes, stamp) =
-            self.io.read_untrusted(path, self.opts.max_file_size)?
-        else {
+        let ReadOutcome::Bytes(bytes, stamp) = self.read_signal_file(path)? else {
             return Ok(None);
         };
         let fname = lossy(name);
@@ -752,11 +750,11 @@ impl Mailbox {
     ) -> Result<Recorded> {
         // One read-write descriptor reads the file and then records in it; a file that cannot
         // be opened for writing is read without one (and left unannotated below).
-        let (mut read, mut file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
+        let (mut read, mut file) = self.read_claimed_signal(dest)?;
         if let ReadOutcome::HardLinked(2) = read
             && self.drop_processed_twin(dest, name)?
         {
-            (read, file) = self.io.read_claimed(dest, self.opts.max_file_size)?;
+            (read, file) = self.read_claimed_signal(dest)?;
         }
         let reason = match read {
             ReadOutcome::Gone => return Ok(Recorded::Gone),
@@ -893,7 +891,7 @@ impl Mailbox {
         let Some(seen) = item.seen else {
             return Ok(false);
         };
-        let (read, file) = self.io.read_claimed(moved, self.opts.max_file_size)?;
+        let (read, file) = self.read_claimed_signal(moved)?;
         if matches!(read, ReadOutcome::Bytes(_, st) if (st.ino, st.mtime_ns) == seen) {
             return Ok(false);
         }

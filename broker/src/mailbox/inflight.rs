@@ -309,7 +309,7 @@ impl Mailbox {
         if Layout::is_marker(&o.name) {
             return self.redeliver_broadcast(&path, agent);
         }
-        let (read, file) = self.io.read_claimed(&path, self.opts.max_file_size)?;
+        let (read, file) = self.read_claimed_signal(&path)?;
         let fname = lossy(&o.name);
         let reason = match read {
             ReadOutcome::Gone => return Ok(None),
@@ -377,8 +377,7 @@ impl Mailbox {
         let mut sig = None;
         for dir in [&self.layout.inputs, &self.layout.processed] {
             let p = dir.join(&file);
-            if let ReadOutcome::Bytes(bytes, stamp) =
-                self.io.read_untrusted(&p, self.opts.max_file_size)?
+            if let ReadOutcome::Bytes(bytes, stamp) = self.read_signal_file(&p)?
                 && let Ok(mut s) = body::read_signal(&bytes, &file, &p)
             {
                 s.id = identity::identity(&file, &s.fields, &stamp);

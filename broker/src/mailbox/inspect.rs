@@ -162,7 +162,7 @@ impl Mailbox {
     fn look(&self, dir: &Path, it: &Item) -> Result<Look> {
         let path = dir.join(&it.name);
         let fname = lossy(&it.name);
-        let (bytes, stamp) = match self.io.read_untrusted(&path, self.opts.max_file_size)? {
+        let (bytes, stamp) = match self.read_signal_file(&path)? {
             ReadOutcome::Gone => return Ok(Look::Gone),
             ReadOutcome::Bytes(bytes, stamp) => (bytes, stamp),
             _ if it.signal_type.is_none() => {
@@ -200,22 +200,18 @@ impl Mailbox {
                 continue;
             }
             let path = self.layout.processed.join(&e.name);
-            out.push(
-                match self.io.read_untrusted(&path, self.opts.max_file_size)? {
-                    ReadOutcome::Bytes(b, stamp) => {
-                        Signal::parse_file_bytes(&b, &path).map(|mut s| {
-                            s.id = identity::identity(&lossy(&e.name), &s.fields, &stamp);
-                            (s, stamp.mtime_ns)
-                        })
-                    }
-                    ReadOutcome::Gone => continue,
-                    _ => Err(Error::new(
-                        ErrorKind::NotRegularFile,
-                        Some(&path),
-                        "unreadable",
-                    )),
-                },
-            );
+            out.push(match self.read_signal_file(&path)? {
+                ReadOutcome::Bytes(b, stamp) => Signal::parse_file_bytes(&b, &path).map(|mut s| {
+                    s.id = identity::identity(&lossy(&e.name), &s.fields, &stamp);
+                    (s, stamp.mtime_ns)
+                }),
+                ReadOutcome::Gone => continue,
+                _ => Err(Error::new(
+                    ErrorKind::NotRegularFile,
+                    Some(&path),
+                    "unreadable",
+                )),
+            });
         }
         let key = |s: &Signal, mtime: i128| -> i128 {
             name::parse_canonical(&format!("{}.json", s.id))

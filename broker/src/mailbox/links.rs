@@ -160,7 +160,7 @@ impl Mailbox {
     /// when the link here was the leftover: the file is elsewhere now.
     pub(super) fn read_resolving(&self, dir: &Path, name: &OsStr) -> Result<Option<ReadOutcome>> {
         let path = dir.join(name);
-        let mut read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
+        let mut read = self.read_signal_file(&path)?;
         // A crash can leave three names (a claim by link's source, its link, and the source
         // moved aside): one resolution per leftover.
         for _ in 0..3 {
@@ -170,7 +170,7 @@ impl Mailbox {
             match self.resolve_own_link(dir, name)? {
                 Some(Resolved::Here) => return Ok(None),
                 Some(Resolved::There) => {
-                    read = self.io.read_untrusted(&path, self.opts.max_file_size)?;
+                    read = self.read_signal_file(&path)?;
                 }
                 None => break,
             }

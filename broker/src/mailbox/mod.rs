@@ -19,6 +19,7 @@
 
 mod bridge;
 mod broadcast;
+mod capped;
 mod claim;
 mod identity;
 mod inflight;

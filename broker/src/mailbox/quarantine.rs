@@ -33,11 +33,10 @@ impl Mailbox {
             return Ok(None);
         }
         let src = dir.join(name);
-        // Refused for its links, which are one now (the other was resolved since the read):
-        // the next pass reads it again.
-        if crate::io::is_hard_link_reason(reason)
-            && self.io.stamp(&src)?.is_some_and(|st| st.nlink == 1)
-        {
+        // Refused for its links, which are one now (the other was resolved since the read),
+        // or whose second link may still be on its way out (§3.3): the next pass reads it
+        // again.
+        if crate::io::is_hard_link_reason(reason) && self.links_waiting(&src)?.is_some() {
             return Ok(None);
         }
         let found = atomic::with_fresh_names(&self.layout.rejected, name, |_, dest| {
@@ -88,10 +87,29 @@ impl Mailbox {
         reason: &str,
         agent: &str,
     ) -> Result<()> {
+        if crate::io::is_hard_link_reason(reason)
+            && let Some(Some(until)) = self.links_waiting(&dir.join(name))?
+        {
+            pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+            return Ok(());
+        }
         if let Some(r) = self.quarantine(dir, name, reason, agent)? {
             pass.rejected.push(r);
         }
         Ok(())
+    }
+
+    /// Why a file refused for its links is not refused now: `Some(None)` when it has one link
+    /// (or is gone), `Some(Some(t))` while its second link may still be on its way out (until
+    /// `t`, §3.3); `None` when the hard-link rule applies.
+    fn links_waiting(&self, path: &Path) -> Result<Option<Option<std::time::SystemTime>>> {
+        Ok(match self.io.stamp(path)? {
+            None => Some(None),
+            Some(st) if st.nlink < 2 => Some(None),
+            Some(st) => {
+                clock::links_settling(&st, self.opts.settle, std::time::SystemTime::now()).map(Some)
+            }
+        })
     }
 
     /// Files in `rejected/` with their reasons.

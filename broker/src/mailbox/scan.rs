@@ -294,6 +294,16 @@ impl Mailbox {
         let Some(stamp) = self.io.stamp(&path)? else {
             return Ok(());
         };
+        // A second link that is not sigbox's own (a crash's leftover, a claim by link under
+        // way: the read below resolves those, §9.6) may be on its way out, as in a
+        // maildir-style delivery: not read, not refused, until it has had the time to go
+        // (§3.3).
+        if let Some(until) = clock::links_settling(&stamp, self.opts.settle, at.now)
+            && self.own_link(at.dir, &name)?.is_none()
+        {
+            scan.note_settling(name, until);
+            return Ok(());
+        }
         if !self.came_whole(&path, &stamp)
             && let Some(until) = clock::settling_file(&stamp, self.opts.settle, at.now)
         {
@@ -367,7 +377,7 @@ impl Mailbox {
         if s.chars().any(char::is_control) {
             return Ok(Some(Err("file name contains control characters".into())));
         }
-        let mut read = self.io.read_untrusted(path, self.opts.max_file_size)?;
+        let mut read = self.read_signal_file(path)?;
         // The leftover of a claim straight into processed/ (an earlier version's) that a crash
         // interrupted during its append: this very file, one inode, is under the same name in
         // processed/ as well, and may end in a torn handling block. The processed/ link goes

@@ -1,0 +1,256 @@
+//! Files with a second link for a moment (spec/mailbox.md §3.3, §5): a claim by link between
+//! its link and its unlink, and the classic maildir delivery (`ln tmp/x inputs/x; rm tmp/x`).
+//! Neither may be taken for a hostile hard link by another process: a regular file with more
+//! than one link is given the time to lose its other name before it is refused. A link that
+//! stays is still refused, once that time has passed.
+//!
+//! Claims by link are forced with `SIGBOX_LINK_CLAIMS=1`, so that these races run on every
+//! filesystem.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
+
+/// A `sigbox` command against `root`, claims by link forced.
+fn sigbox(root: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.env("SIGBOX_ROOT", root)
+        .env("SIGBOX_LINK_CLAIMS", "1")
+        .env("SIGBOX_SETTLE", "2s")
+        .env_remove("RUST_LOG")
+        .args(args);
+    c
+}
+
+/// A loop of `sigbox --json <args>` in a process group of its own, appending every line it
+/// prints to `log`, until `stop` exists.
+fn consumer_loop(root: &Path, args: &str, log: &Path, stop: &Path) -> Child {
+    let script = format!(
+        "while [ ! -e {stop} ]; do {BIN} --json {args} >> {log} || echo \"exit $?\" >> {log}.err; done",
+        stop = stop.display(),
+        log = log.display(),
+    );
+    let mut c = Command::new("bash");
+    c.args(["-c", &script])
+        .env("SIGBOX_ROOT", root)
+        .env("SIGBOX_LINK_CLAIMS", "1")
+        .env("SIGBOX_SETTLE", "2s")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    std::os::unix::process::CommandExt::process_group(&mut c, 0);
+    c.spawn().unwrap()
+}
+
+/// What was printed to each log: message → how many times, and every line's agent.
+fn delivered(logs: &[(String, PathBuf)]) -> BTreeMap<String, Vec<String>> {
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (agent, log) in logs {
+        for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let msg = v["message"].as_str().unwrap().to_string();
+            got.entry(msg).or_default().push(agent.clone());
+        }
+    }
+    got
+}
+
+fn rejected(root: &Path) -> Vec<String> {
+    std::fs::read_dir(root.join("rejected"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".reason.json"))
+        .map(|n| {
+            let text = std::fs::read_to_string(root.join("rejected").join(&n)).unwrap();
+            format!("{n}: {text}")
+        })
+        .collect()
+}
+
+fn errors(logs: &[(String, PathBuf)]) -> String {
+    logs.iter()
+        .filter_map(|(_, log)| std::fs::read_to_string(log.with_extension("log.err")).ok())
+        .collect()
+}
+
+#[test]
+fn claims_by_link_under_way_are_never_taken_for_hostile_links() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let stage = tmp.path().join("stage");
+    std::fs::create_dir(&stage).unwrap();
+    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let stop = tmp.path().join("stop");
+    let agents = ["Executor", "Planner", "Orchestrator"];
+    let logs: Vec<(String, PathBuf)> = agents
+        .iter()
+        .map(|a| (a.to_string(), tmp.path().join(format!("{a}.log"))))
+        .collect();
+    let loops: Vec<Child> = logs
+        .iter()
+        .map(|(a, log)| consumer_loop(&root, &format!("poll --as {a}"), log, &stop))
+        .collect();
+    // Dropped files renamed in a few ms apart: for the three consumers, and for an absent
+    // agent, whose signals the orchestrator moves into its buffer (by link too).
+    let targets = ["Executor", "Planner", "Orchestrator", "Reviewer"];
+    let n = 240;
+    for i in 0..n {
+        let target = targets[i % targets.len()];
+        let f = stage.join(format!("d{i}.yaml"));
+        std::fs::write(&f, format!("type: INFO\ntarget: {target}\nmessage: m{i}\n")).unwrap();
+        std::fs::rename(&f, root.join("inputs").join(format!("d{i}.yaml"))).unwrap();
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    // Until every consumer's signal was printed (or a generous bound passed).
+    let want = n - n / targets.len();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while delivered(&logs).len() < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(&stop, b"").unwrap();
+    for mut c in loops {
+        c.wait().unwrap();
+    }
+    assert_eq!(
+        rejected(&root),
+        Vec::<String>::new(),
+        "valid files quarantined"
+    );
+    assert_eq!(errors(&logs), "", "a poll failed");
+    let got = delivered(&logs);
+    for i in 0..n {
+        let target = targets[i % targets.len()];
+        let msg = format!("m{i}");
+        if target == "Reviewer" {
+            assert!(
+                !got.contains_key(&msg),
+                "{msg} for the absent Reviewer was delivered"
+            );
+        } else {
+            assert_eq!(
+                got.get(&msg),
+                Some(&vec![target.to_string()]),
+                "{msg}: delivered once, to {target}"
+            );
+        }
+    }
+    // The absent agent's signals wait in its buffer, none lost.
+    let buffered = std::fs::read_dir(root.join("buffered").join("Reviewer"))
+        .map(|rd| rd.flatten().count())
+        .unwrap_or(0);
+    let pending = std::fs::read_dir(root.join("inputs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .count();
+    assert_eq!(
+        buffered + pending,
+        n / targets.len(),
+        "the Reviewer's signals"
+    );
+}
+
+#[test]
+fn maildir_drops_are_read_once_their_other_name_is_gone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let maildir_tmp = tmp.path().join("tmp");
+    std::fs::create_dir(&maildir_tmp).unwrap();
+    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let stop = tmp.path().join("stop");
+    // Blocked waits, woken by each link's event inside the two-link window.
+    let logs: Vec<(String, PathBuf)> = (0..2)
+        .map(|i| ("Executor".to_string(), tmp.path().join(format!("w{i}.log"))))
+        .collect();
+    let loops: Vec<Child> = logs
+        .iter()
+        .map(|(_, log)| consumer_loop(&root, "wait --as Executor --timeout 1s", log, &stop))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let n = 30;
+    for i in 0..n {
+        let f = maildir_tmp.join(format!("x{i}.yaml"));
+        std::fs::write(
+            &f,
+            format!("type: STEER\ntarget: Executor\nmessage: m{i}\n"),
+        )
+        .unwrap();
+        // A writer's fsync takes a while: the link comes a clock tick after the last write.
+        std::thread::sleep(Duration::from_millis(15));
+        let dest = root.join("inputs").join(format!("x{i}.yaml"));
+        std::fs::hard_link(&f, &dest).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        std::fs::remove_file(&f).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while delivered(&logs).len() < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(&stop, b"").unwrap();
+    for mut c in loops {
+        c.wait().unwrap();
+    }
+    assert_eq!(
+        rejected(&root),
+        Vec::<String>::new(),
+        "maildir drops quarantined"
+    );
+    let got = delivered(&logs);
+    let once: HashSet<&String> = got
+        .iter()
+        .filter(|(_, v)| v.len() == 1)
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(once.len(), n, "every maildir drop delivered once: {got:?}");
+}
+
+#[test]
+fn a_second_link_that_stays_is_refused_once_its_time_has_passed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let outside = tmp.path().join("outside.yaml");
+    std::fs::write(&outside, "type: STEER\ntarget: Executor\nmessage: secret\n").unwrap();
+    // Linked in a clock tick after its last write: complete by the settle rule.
+    std::thread::sleep(Duration::from_millis(15));
+    std::fs::hard_link(&outside, root.join("inputs").join("planted.yaml")).unwrap();
+    // At once: not read, not refused yet: it may be a delivery losing its other name.
+    let out = sigbox(&root, &["poll", "--as", "Executor"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    assert_eq!(rejected(&root), Vec::<String>::new());
+    let ls = sigbox(&root, &["--json", "ls"]).output().unwrap();
+    let ls = String::from_utf8(ls.stdout).unwrap();
+    assert!(
+        ls.lines()
+            .any(|l| l.contains("planted.yaml") && l.contains("\"settling\"")),
+        "ls shows the file as settling: {ls}"
+    );
+    // Once its links have not changed for the window: refused with the hard-link reason,
+    // never read, the file outside untouched.
+    std::thread::sleep(Duration::from_millis(2300));
+    let out = sigbox(&root, &["poll", "--as", "Executor"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let refused = rejected(&root);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].contains("2 hard links"), "{refused:?}");
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "type: STEER\ntarget: Executor\nmessage: secret\n"
+    );
+}
