@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
@@ -17,7 +18,8 @@ use super::claim::{Batch, Delivery, GROUP_COMMIT};
 use super::inflight::{Flight, Orphan};
 use super::report::Pass;
 use super::route::{Action, Item, Source, Who, decide};
-use crate::error::{Error, Result};
+use super::scan::Scan;
+use crate::error::{Error, ErrorKind, Result};
 use crate::signal::Signal;
 
 /// How a pass hands its deliveries over and when it stops early.
@@ -195,7 +197,15 @@ impl Mailbox {
         let inputs = &self.layout.inputs;
         let mut scan = self.scan_cached(inputs, Source::Inputs, agent, &relevant, now)?;
         let own = self.layout.buffer_dir(agent);
-        let buf = self.scan_cached(&own, Source::Buffer, agent, &|_| true, now)?;
+        // A buffer planted as a link (or anything but a directory) is refused alone: the
+        // signals in inputs/ are still delivered (spec/mailbox.md §8).
+        let buf = match self.scan_cached(&own, Source::Buffer, agent, &|_| true, now) {
+            Err(e) if self.refused_alone(&e).is_some() => {
+                tracing::warn!("{e}; skipped until then, everything else is delivered");
+                Scan::default()
+            }
+            other => other?,
+        };
         let mut pass = Pass {
             next_check: match (scan.next_check, buf.next_check) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -339,6 +349,7 @@ impl Mailbox {
         let own = self.layout.buffer_dir(agent);
         let mut presence: HashMap<String, bool> = HashMap::new();
         let mut broadcasts: Vec<&Item> = Vec::new();
+        let mut refused = Refused::default();
         for item in items {
             if run
                 .control
@@ -396,22 +407,29 @@ impl Mailbox {
                     d
                 }
                 Action::Ack => {
-                    if run.who.is_orch {
-                        broadcasts.push(item);
-                    }
                     // It may quarantine from inputs/ (an fsync of inputs/): commit first. An
                     // ack is durable as soon as it is written.
                     self.commit_and_hand_over(run)?;
                     let slot = self.own_slot(agent, run.flight)?;
-                    self.ack_once(&slot, item, agent, run.pass)?
-                        .map(|(signal, ack, marker)| Delivery::acked(signal, ack, marker))
+                    match self.ack_once(&slot, item, agent, run.pass) {
+                        Err(e) if refused.note(self.refused_alone(&e), &e) => None,
+                        acked => {
+                            if run.who.is_orch {
+                                broadcasts.push(item);
+                            }
+                            acked?.map(|(signal, ack, marker)| Delivery::acked(signal, ack, marker))
+                        }
+                    }
                 }
                 Action::Buffer(x) => {
                     // The move into a buffer fsyncs inputs/: commit first, or the pending
                     // claims' removal from inputs/ could become durable before their arrival
                     // in their slot (lost in a crash).
                     self.commit_and_hand_over(run)?;
-                    self.buffer(item, x, run.pass)?;
+                    match self.buffer(item, x, run.pass) {
+                        Err(e) if refused.note(self.refused_alone(&e), &e) => {}
+                        moved => moved?,
+                    }
                     None
                 }
             };
@@ -431,11 +449,54 @@ impl Mailbox {
         // durable by another operation's fsyncs and then dropped when the commit fails.
         self.commit_and_hand_over(run)?;
         for item in broadcasts {
-            if let Some(id) = self.archive_if_acked(&item.name, agent)? {
-                run.pass.archived.push(id);
+            match self.archive_if_acked(&item.name, agent) {
+                Err(e) if refused.note(self.refused_alone(&e), &e) => {}
+                archived => {
+                    if let Some(id) = archived? {
+                        run.pass.archived.push(id);
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    /// The one directory a refusal of a planted path concerns, when it concerns one broadcast
+    /// or one buffer only: `acks/<id>` or `buffered/<Agent>` (or a path below them) that is a
+    /// link, a FIFO, a socket or a file where a directory belongs. That broadcast or that
+    /// buffer is refused; every other signal is delivered (spec/mailbox.md §8). A layout
+    /// directory itself (`acks/`, `buffered/`, ...) stays an error of the whole pass.
+    fn refused_alone(&self, e: &Error) -> Option<PathBuf> {
+        if e.kind() != ErrorKind::PathEscape {
+            return None;
+        }
+        let path = e.path()?;
+        [&self.layout.acks, &self.layout.buffered]
+            .into_iter()
+            .find_map(|dir| {
+                let rel = path.strip_prefix(dir).ok()?;
+                let first = rel.components().next()?;
+                Some(dir.join(first))
+            })
+    }
+}
+
+/// The broadcasts and buffers a pass refused (see [`Mailbox::refused_alone`]), each named
+/// once on stderr.
+#[derive(Default)]
+struct Refused(HashSet<PathBuf>);
+
+impl Refused {
+    /// True when `e` is the refusal of `alone` (one broadcast or one buffer): it is noted, and
+    /// warned about the first time.
+    fn note(&mut self, alone: Option<PathBuf>, e: &Error) -> bool {
+        let Some(dir) = alone else {
+            return false;
+        };
+        if self.0.insert(dir) {
+            tracing::warn!("{e}; skipped until then, everything else is delivered");
+        }
+        true
     }
 }
 
