@@ -43,14 +43,13 @@ pub(crate) fn write_atomic(
     clobber: Clobber,
 ) -> Result<Placed> {
     let dest_dir = parent(dest)?;
-    io.write_new(stage, data).inspect_err(|_| {
-        let _ = io.remove(stage);
-    })?;
+    io.write_new(stage, data)
+        .inspect_err(|_| discard_stage(io, stage))?;
     match clobber {
         Clobber::No => match io.rename_noreplace(stage, dest) {
             Ok(Renamed::Done) => {}
             Ok(Renamed::DestExists) => {
-                io.remove(stage)?;
+                remove_stage(io, stage)?;
                 return Ok(Placed::Exists);
             }
             Ok(Renamed::SourceGone) => {
@@ -62,16 +61,36 @@ pub(crate) fn write_atomic(
                 ));
             }
             Err(e) => {
-                let _ = io.remove(stage);
+                discard_stage(io, stage);
                 return Err(e);
             }
         },
-        Clobber::Yes => io.rename_replace(stage, dest).inspect_err(|_| {
-            let _ = io.remove(stage);
-        })?,
+        Clobber::Yes => io
+            .rename_replace(stage, dest)
+            .inspect_err(|_| discard_stage(io, stage))?,
     }
     io.sync_dir(dest_dir)?;
     Ok(Placed::Done)
+}
+
+/// Removes a stage [`write_atomic`] wrote and will not rename into place, durably. Its fsync
+/// may have made its name durable (ext4 without a journal writes a new file's entry with it),
+/// so its removal must be durable too before its inode can be used again: else a power loss
+/// brings the name back pointing at an inode that is free, or that is another file's now (a
+/// second link to a signal, or a directory, which stops a boot-time `fsck -p`).
+pub(crate) fn remove_stage(io: &Io, stage: &Path) -> Result<()> {
+    if io.remove(stage)? {
+        io.sync_dir(parent(stage)?)?;
+    }
+    Ok(())
+}
+
+/// [`remove_stage`] on a path that already failed: best effort, the first error is the one
+/// reported.
+fn discard_stage(io: &Io, stage: &Path) {
+    if let Err(e) = remove_stage(io, stage) {
+        tracing::debug!(file = ?stage, error = %e, "cannot remove a stage");
+    }
 }
 
 /// The outcome of [`claim`], carrying what its `between` step returned when it won.

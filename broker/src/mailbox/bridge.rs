@@ -420,7 +420,7 @@ impl Mailbox {
                     self.io
                         .write_new(&stage, format!("{}\n", out.id).as_bytes())?;
                     if self.io.rename_noreplace(&stage, &marker)? != crate::io::Renamed::Done {
-                        self.io.remove(&stage)?;
+                        atomic::remove_stage(&self.io, &stage)?;
                     }
                 }
                 Held::Outbox(name) => {

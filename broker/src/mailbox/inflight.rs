@@ -288,7 +288,11 @@ impl Mailbox {
                 continue;
             }
             if self.same_signal(&path, &twin)? {
-                self.io.remove(&path)?;
+                // A copy: its inode is freed, so its removal is made durable before the inode
+                // can be used again (spec/mailbox.md §9.1).
+                if self.io.remove(&path)? {
+                    self.io.sync_dir(dir)?;
+                }
                 return Ok(true);
             }
         }
