@@ -880,6 +880,89 @@ fn mux_verify_matches_upstream_output_for_both_forms() {
     );
 }
 
+/// Upstream's `verify.py` and `check-signals.py` count nothing where the session (or the
+/// `--signals-dir`) is missing or not a directory, print their zeros and exit as for an empty
+/// session: every mux reader keeps that output and status, and says why on stderr.
+#[test]
+fn mux_readers_on_a_missing_session_keep_upstreams_output_and_status_and_say_why() {
+    let d = project();
+    let root = d.path();
+    std::fs::write(root.join("tmp/mux/a-file"), b"").unwrap();
+    let zeros = "completed: 0\nfailed: 0\ntotal_size: 0\npaths: 0\n";
+    // (session, extra arguments, upstream's stdout, upstream's exit status; None: stdout is
+    // JSON with zero counts)
+    let cases: &[(&str, &[&str], Option<&str>, i32)] = &[
+        ("verify", &["--action", "count"], Some("0\n"), 0),
+        (
+            "verify",
+            &["--action", "failures"],
+            Some("No failures\n"),
+            0,
+        ),
+        ("verify", &["--action", "paths"], Some(""), 0),
+        ("verify", &["--action", "sizes"], Some(""), 0),
+        ("verify", &["--action", "total-size"], Some("0\n"), 0),
+        ("verify", &["--action", "summary"], Some(zeros), 0),
+        ("verify", &[], Some(zeros), 0),
+        ("check", &["--expected", "1"], None, 1),
+        ("check", &["--expected", "0"], None, 0),
+        ("check", &["--expected", "1", "--timeout", "50ms"], None, 1),
+    ];
+    for session in ["tmp/mux/no-such-session", "tmp/mux/a-file"] {
+        for (cmd, extra, want, code) in cases {
+            let mut args = vec!["mux", cmd, session];
+            args.extend_from_slice(extra);
+            let out = run_in(root, &args);
+            let text = String::from_utf8(out.stdout).unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+            match want {
+                Some(want) => assert_eq!(&text, want, "{args:?}"),
+                None => {
+                    let v: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!((&v["complete"], &v["failed"]), (&json!(0), &json!(0)));
+                }
+            }
+            assert!(
+                err.contains("WARNING:")
+                    && err.contains(session)
+                    && err.contains("nothing counted"),
+                "{args:?}: the hint names the session: {err:?}"
+            );
+        }
+        let out = run_in(root, &["--json", "mux", "verify", session]);
+        assert_eq!(out.status.code(), Some(0));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!((&v["completed"], &v["failed"]), (&json!(0), &json!(0)));
+    }
+    // A --signals-dir that does not exist: upstream counts nothing there, whatever the session.
+    let out = run_in(
+        root,
+        &[
+            "mux",
+            "verify",
+            SESSION,
+            "--signals-dir",
+            "tmp/nowhere",
+            "--action",
+            "count",
+        ],
+    );
+    assert_eq!((out.status.code(), &out.stdout[..]), (Some(0), &b"0\n"[..]));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tmp/nowhere"));
+    // An empty session that exists is no mistake: no hint.
+    let out = run_in(root, &["mux", "verify", SESSION]);
+    assert_eq!(
+        (out.status.code(), String::from_utf8(out.stdout).unwrap()),
+        (Some(0), zeros.to_string())
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn mux_verify_reports_malformed_and_misplaced_files_by_name() {
     let d = project();
