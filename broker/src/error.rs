@@ -25,6 +25,10 @@ pub enum ErrorKind {
     PathEscape,
     /// The mailbox root is missing its layout; run `init` first.
     NotInitialized,
+    /// What was asked conflicts with another process or with state saved on disk: a worktree
+    /// another `goblin watch` is watching, or a stage given while a transition saved there is
+    /// unfinished. Nothing was changed.
+    Conflict,
 }
 
 /// An error with the file it concerns and the reason.
@@ -100,6 +104,7 @@ impl From<Error> for io::Error {
             (Some(source), _) => source.kind(),
             (None, ErrorKind::TooLarge) => io::ErrorKind::FileTooLarge,
             (None, ErrorKind::NotInitialized) => io::ErrorKind::NotFound,
+            (None, ErrorKind::Conflict) => io::ErrorKind::ResourceBusy,
             (None, _) => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)

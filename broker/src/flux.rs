@@ -130,7 +130,8 @@ pub const MAX_LINE: usize = 1024 * 1024;
 pub struct FluxParser {
     lines: LineSplitter,
     last: Option<FluxSignal>,
-    needle: memchr::memmem::Finder<'static>,
+    /// What every line that can carry a signal contains (see [`could_signal`]).
+    needles: [memchr::memmem::Finder<'static>; 2],
 }
 
 impl Default for FluxParser {
@@ -145,7 +146,10 @@ impl FluxParser {
         FluxParser {
             lines: LineSplitter::new(max_line),
             last: None,
-            needle: memchr::memmem::Finder::new(KEY).into_owned(),
+            needles: [
+                memchr::memmem::Finder::new(KEY).into_owned(),
+                memchr::memmem::Finder::new(ESCAPE).into_owned(),
+            ],
         }
     }
 
@@ -157,9 +161,8 @@ impl FluxParser {
                 out.push(e);
             }
         };
-        // Every signal line contains the key (embedded ones too, escaped or not): only those
-        // lines need looking at.
-        self.lines.feed_sparse(chunk, &self.needle, &mut f);
+        // Only the lines that could carry a signal need looking at (see `could_signal`).
+        self.lines.feed_sparse(chunk, &self.needles, &mut f);
         self.remember(&out);
         out
     }
@@ -192,6 +195,16 @@ impl FluxParser {
 }
 
 const KEY: &[u8] = b"flux:signal";
+/// The start of a JSON `\u` escape.
+const ESCAPE: &[u8] = b"\\u";
+
+/// True when a line can carry a signal, to upstream as here: a signal's JSON holds the key
+/// `flux:signal`, embedded ones too, whose characters appear as they are or as `\uXXXX`
+/// escapes (JSON has no other escape for them; an embedded line's own escapes are escaped
+/// again, `\\u`, and still hold `\u`). So a line holding neither is plain output.
+fn could_signal(t: &[u8]) -> bool {
+    memchr::memmem::find(t, KEY).is_some() || memchr::memmem::find(t, ESCAPE).is_some()
+}
 
 fn event_of(l: Line<'_>) -> Option<FluxEvent> {
     match l {
@@ -201,25 +214,69 @@ fn event_of(l: Line<'_>) -> Option<FluxEvent> {
     }
 }
 
-/// `bytes` without the white space JavaScript's `trim()` removes at either end (Unicode
-/// `White_Space` and U+FEFF); ASCII-only trimming where the line is not UTF-8.
+/// True for the characters JavaScript's `trim()` removes: its WhiteSpace (tab, vertical tab,
+/// form feed, U+FEFF and every `Zs` space) and LineTerminator (LF, CR, U+2028, U+2029). That is
+/// Unicode `White_Space` without U+0085 (NEL, which JavaScript keeps), plus U+FEFF.
+fn js_space(c: char) -> bool {
+    (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}'
+}
+
+/// `bytes` without the white space JavaScript's `trim()` removes at either end; ASCII-only
+/// trimming where the line is not UTF-8.
 fn trim_like_js(bytes: &[u8]) -> &[u8] {
     match std::str::from_utf8(bytes) {
-        Ok(s) => s
-            .trim_matches(|c: char| c.is_whitespace() || c == '\u{feff}')
-            .as_bytes(),
+        Ok(s) => s.trim_matches(js_space).as_bytes(),
         Err(_) => bytes.trim_ascii(),
+    }
+}
+
+/// How a trimmed line starting with `{` reads, beside how upstream's `JSON.parse` reads it.
+enum Parsed {
+    /// A JSON object, each key once: read as upstream reads it.
+    Object(Map<String, Value>),
+    /// Not a JSON object to upstream either: plain output.
+    Plain,
+    /// A key twice: upstream would take the last one and act on it (`last`, read that way);
+    /// here it is ambiguous.
+    Ambiguous {
+        /// The parser's message, naming the key.
+        message: String,
+        /// The object as upstream reads it (the last value of each key).
+        last: Map<String, Value>,
+    },
+    /// JSON upstream reads and this parser cannot (a lone surrogate escape, nesting past 128
+    /// levels).
+    Unreadable(String),
+}
+
+fn parse_object(t: &[u8]) -> Parsed {
+    match serde_json::from_slice(t) {
+        Ok(crate::body::Strict(Value::Object(obj))) => Parsed::Object(obj),
+        Ok(_) => Parsed::Plain,
+        Err(e) => {
+            let message = e.to_string();
+            if let Ok(Value::Object(last)) = serde_json::from_slice(t) {
+                Parsed::Ambiguous { message, last }
+            } else if ["surrogate", "hex escape", "recursion limit"]
+                .iter()
+                .any(|m| message.contains(m))
+            {
+                Parsed::Unreadable(message)
+            } else {
+                Parsed::Plain
+            }
+        }
     }
 }
 
 /// Parses one line; `None` for plain output.
 pub fn parse_line(line: usize, text: &[u8]) -> Option<FluxEvent> {
-    // Trimmed as upstream's JavaScript `trim()` trims: Unicode white space and the byte order
+    // Trimmed as upstream's JavaScript `trim()` trims: its white space and the byte order
     // mark, at both ends.
     let t = trim_like_js(text);
-    // Fast path: a signal line is a JSON object mentioning the key, directly or embedded in a
-    // stream-json tool result.
-    if t.first() != Some(&b'{') || memchr::memmem::find(t, KEY).is_none() {
+    // Fast path: a signal line is a JSON object mentioning the key (or escaping characters
+    // that could spell it), directly or embedded in a stream-json tool result.
+    if t.first() != Some(&b'{') || !could_signal(t) {
         return None;
     }
     // Upstream decodes the stream lossily (an invalid byte becomes U+FFFD) before parsing.
@@ -231,29 +288,33 @@ pub fn parse_line(line: usize, text: &[u8]) -> Option<FluxEvent> {
             decoded.as_bytes()
         }
     };
-    let obj = match serde_json::from_slice(t) {
-        Ok(crate::body::Strict(Value::Object(obj))) => obj,
-        Ok(_) => return None,
-        Err(e) => {
-            // A key twice (upstream's JSON.parse would take the last one and act on it), or
-            // JSON upstream reads and this parser does not (a lone surrogate escape, nesting
-            // past 128 levels): the line names the key, so it is reported, never dropped in
-            // silence.
-            let message = e.to_string();
-            let why = if matches!(serde_json::from_slice(t), Ok(Value::Object(_))) {
-                "the signal is ambiguous"
-            } else if ["surrogate", "hex escape", "recursion limit"]
-                .iter()
-                .any(|m| message.contains(m))
-            {
-                "upstream reads this line, this parser cannot"
-            } else {
-                // Not JSON to upstream either: plain output.
-                return None;
-            };
+    // A key twice (upstream's JSON.parse would take the last one and act on it), or JSON
+    // upstream reads and this parser does not, on a line that names the key (or, read as
+    // upstream reads it, holds a signal): reported, never dropped in silence.
+    let names_key = memchr::memmem::find(t, KEY).is_some();
+    let obj = match parse_object(t) {
+        Parsed::Object(obj) => obj,
+        Parsed::Plain => return None,
+        Parsed::Ambiguous { last, .. }
+            if !names_key
+                && signal_of(&last, line).is_none()
+                && embedded(&last, line).is_none() =>
+        {
+            return None;
+        }
+        Parsed::Unreadable(_) if !names_key => return None,
+        Parsed::Ambiguous { message, .. } => {
             return Some(FluxEvent::Error {
                 line,
-                error: format!("{message}; {why}, so it is not taken"),
+                error: format!("{message}; the signal is ambiguous, so it is not taken"),
+            });
+        }
+        Parsed::Unreadable(message) => {
+            return Some(FluxEvent::Error {
+                line,
+                error: format!(
+                    "{message}; upstream reads this line, this parser cannot, so it is not taken"
+                ),
             });
         }
     };
@@ -264,10 +325,19 @@ pub fn parse_line(line: usize, text: &[u8]) -> Option<FluxEvent> {
 }
 
 /// `Some(Ok)` for a valid signal, `Some(Err)` for a signal with a bad verdict, `None` when the
-/// object holds no `flux:signal` object.
+/// object holds no `flux:signal` object. An array is an object to upstream (`typeof [] ===
+/// 'object'`): it has no verdict.
 fn signal_of(obj: &Map<String, Value>, line: usize) -> Option<Result<FluxEvent, String>> {
-    let Some(Value::Object(data)) = obj.get("flux:signal") else {
-        return None;
+    let data = match obj.get("flux:signal") {
+        Some(Value::Object(data)) => data,
+        Some(Value::Array(_)) => {
+            return Some(Err(
+                "invalid flux:signal verdict: missing (flux:signal is an array, not an object); \
+                 must be one of: proceed, hold, rework, abort"
+                    .to_string(),
+            ));
+        }
+        _ => return None,
     };
     let verdict = match data.get("verdict") {
         Some(Value::String(v)) => Verdict::parse(v),
@@ -299,44 +369,105 @@ fn signal_of(obj: &Map<String, Value>, line: usize) -> Option<Result<FluxEvent, 
     })))
 }
 
-/// A signal echoed by a tool inside a stream-json `user` event (as upstream also reads it):
-/// `tool_use_result.stdout`, then `message.content[].content` of `tool_result` parts.
+/// JavaScript's truthiness of a JSON value: `null`, `false`, `0` and `""` are falsy.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(_) | Value::Object(_) => true,
+    }
+}
+
+/// A signal echoed by a tool inside a stream-json `user` event, read as upstream reads it
+/// (spec/streams.md, "Stream-json events"): nothing unless `message` is present and truthy;
+/// then `tool_use_result.stdout`, then the string `content` of each `tool_result` part of
+/// `message.content`, in order, each scanned line by line, the first signal found winning.
+/// Where upstream reads a signal's line differently, the line is an error event, never a
+/// signal and never dropped in silence: a `user` event without `message` whose
+/// `tool_use_result.stdout` holds a signal (upstream takes nothing from it), and a `null`
+/// part reached before a signal (upstream's parser fails on it).
 fn embedded(obj: &Map<String, Value>, line: usize) -> Option<FluxEvent> {
     if obj.get("type").and_then(Value::as_str) != Some("user") {
         return None;
     }
-    let mut texts: Vec<&str> = Vec::new();
-    if let Some(s) = obj
+    let stdout = obj
         .get("tool_use_result")
         .and_then(|t| t.get("stdout"))
-        .and_then(Value::as_str)
-    {
-        texts.push(s);
+        .and_then(Value::as_str);
+    let Some(message) = obj.get("message").filter(|m| truthy(m)) else {
+        return stdout
+            .and_then(|t| scan_text(t, line))
+            .map(|_| FluxEvent::Error {
+                line,
+                error:
+                    "not taken: a stream-json `user` event without `message` (upstream's parser \
+                    reads nothing of it); its tool_use_result.stdout holds a flux:signal"
+                        .to_string(),
+            });
+    };
+    if let Some(found) = stdout.and_then(|t| scan_text(t, line)) {
+        return Some(found);
     }
-    if let Some(parts) = obj
-        .get("message")
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_array)
-    {
-        for p in parts {
-            if p.get("type").and_then(Value::as_str) == Some("tool_result")
-                && let Some(s) = p.get("content").and_then(Value::as_str)
-            {
-                texts.push(s);
-            }
+    let parts = message.get("content").and_then(Value::as_array)?;
+    for (i, p) in parts.iter().enumerate() {
+        if p.is_null() {
+            return Some(FluxEvent::Error {
+                line,
+                error: format!(
+                    "not taken: message.content[{i}] is null (upstream's parser fails on it, \
+                     a TypeError, and takes nothing from this line)"
+                ),
+            });
+        }
+        if p.get("type").and_then(Value::as_str) == Some("tool_result")
+            && let Some(found) = p
+                .get("content")
+                .and_then(Value::as_str)
+                .and_then(|t| scan_text(t, line))
+        {
+            return Some(found);
         }
     }
-    for text in texts {
-        for l in text.split('\n') {
-            let t = l.trim();
-            if !t.starts_with('{') {
-                continue;
+    None
+}
+
+/// The first signal in a tool's output, as upstream's `extractSignalFromText` finds it: each
+/// line split at `\n`, trimmed as JavaScript trims, starting with `{`, parsed, holding a
+/// `flux:signal`. A signal line read ambiguously or not at all (as at the top level) is an
+/// error event.
+fn scan_text(text: &str, line: usize) -> Option<FluxEvent> {
+    for l in text.split('\n') {
+        let t = l.trim_matches(js_space);
+        if !t.starts_with('{') {
+            continue;
+        }
+        let (obj, problem) = match parse_object(t.as_bytes()) {
+            Parsed::Object(obj) => (obj, None),
+            Parsed::Plain => continue,
+            Parsed::Ambiguous { message, last } => (
+                last,
+                Some(format!(
+                    "{message}; the signal is ambiguous, so it is not taken"
+                )),
+            ),
+            Parsed::Unreadable(message) if t.contains("flux:signal") => {
+                return Some(FluxEvent::Error {
+                    line,
+                    error: format!(
+                        "{message}; upstream reads this line, this parser cannot, so it is not \
+                         taken"
+                    ),
+                });
             }
-            if let Ok(Value::Object(inner)) = serde_json::from_str::<Value>(t)
-                && let Some(r) = signal_of(&inner, line)
-            {
-                return Some(r.unwrap_or_else(|error| FluxEvent::Error { line, error }));
-            }
+            Parsed::Unreadable(_) => continue,
+        };
+        if let Some(r) = signal_of(&obj, line) {
+            return Some(match (problem, r) {
+                (Some(error), _) | (None, Err(error)) => FluxEvent::Error { line, error },
+                (None, Ok(event)) => event,
+            });
         }
     }
     None

@@ -49,6 +49,8 @@ pub enum FileState {
 }
 
 const STATE_FILE: &str = ".sigbox-state.json";
+/// The lock a watch holds for as long as it runs (an exclusive `flock`), holding who it is.
+const WATCH_LOCK: &str = ".sigbox-watch.lock";
 const CONSUMED_DIR: &str = ".consumed";
 const STALE_DIR: &str = ".stale";
 
@@ -264,6 +266,88 @@ impl Goblin {
         Ok(())
     }
 
+    /// Takes the worktree's watch lock (an exclusive `flock` on `.goblin/.sigbox-watch.lock`,
+    /// released when the returned file is closed, so also when its process dies) and writes
+    /// who holds it into it: `{"holder","pid","started_at"}`, `holder` being `what` (`watch`
+    /// or `clean`). Refused ([`ErrorKind::Conflict`], naming the holder) while another process
+    /// holds it: two watches of one worktree would both take each transition. `None` where
+    /// the filesystem has no locks (a warning is logged).
+    fn lock_watch(&self, what: &str) -> Result<Option<std::fs::File>> {
+        use std::io::{Read, Seek, Write};
+        let path = self.dir.join(WATCH_LOCK);
+        let mut file = self.io.open_lock_rw(&path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                // Who holds it: written just after it took the lock, so a watch started at the
+                // same instant gives it a moment to say.
+                let read = || {
+                    let mut held = String::new();
+                    (&file).seek(std::io::SeekFrom::Start(0)).ok()?;
+                    (&file).take(4096).read_to_string(&mut held).ok()?;
+                    serde_json::from_str::<Value>(&held).ok()
+                };
+                let mut holder = read();
+                for _ in 0..50 {
+                    if holder.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                    holder = read();
+                }
+                let what = holder
+                    .as_ref()
+                    .and_then(|h| h.get("holder")?.as_str())
+                    .unwrap_or("watch")
+                    .escape_debug()
+                    .to_string();
+                let who = match holder.as_ref().and_then(|h| h.get("pid")?.as_u64()) {
+                    Some(pid) => format!(
+                        "pid {pid}, started {}",
+                        holder
+                            .as_ref()
+                            .and_then(|h| h.get("started_at")?.as_str())
+                            .unwrap_or("at an unknown time")
+                            .escape_debug()
+                    ),
+                    None => "starting, pid not written yet".to_string(),
+                };
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    Some(&self.dir),
+                    format!(
+                        "another goblin {what} ({who}) is at work on this worktree (it holds \
+                         {WATCH_LOCK}): one watch per worktree, so that each transition is \
+                         taken and reported once, and no clean under it; stop that {what}, or \
+                         let it be the one"
+                    ),
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) if crate::sys::is_transient(&e) => {
+                return Err(Error::io(&path, "cannot lock", e));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                // No locks on this filesystem (some network filesystems): the watch runs, and
+                // two started at once could both take a transition.
+                tracing::warn!(file = ?path, error = %e,
+                    "cannot lock the worktree for this watch: make sure no other goblin watch \
+                     runs on it");
+                return Ok(None);
+            }
+        }
+        // Who holds it, for whoever finds it taken. Not durable, and needs not be: the lock
+        // itself does not survive the process.
+        let me = json!({"holder": what, "pid": std::process::id(),
+                        "started_at": clock::now_rfc3339(Precision::Secs)});
+        let written = file
+            .set_len(0)
+            .and_then(|()| file.write_all(format!("{me}\n").as_bytes()));
+        if let Err(e) = written {
+            tracing::debug!(file = ?path, error = %e, "cannot write the watch lock's holder");
+        }
+        Ok(Some(file))
+    }
+
     /// The newest `.consumed/` copy of `signal`.
     fn last_consumed(&self, signal: GoblinSignal) -> Result<Option<PathBuf>> {
         let dir = self.dir.join(CONSUMED_DIR);
@@ -278,9 +362,14 @@ impl Goblin {
         Ok(newest.map(|n| dir.join(n)))
     }
 
-    /// Removes the signal files, the set-aside history, staging leftovers and the state: what
-    /// upstream does when a pipeline completes or is cancelled. Returns what it removed.
+    /// Removes the signal files, the set-aside history, staging leftovers, the state and the
+    /// watch lock: what upstream does when a pipeline completes or is cancelled. Returns what it
+    /// removed. Refused ([`ErrorKind::Conflict`], naming the holder) while a watch runs on the
+    /// worktree: its pipeline is neither complete nor cancelled.
     pub fn clean(&self) -> Result<Vec<PathBuf>> {
+        // Held to the end, and the lock file removed last: a watch started meanwhile is
+        // refused, one started after finds nothing of this pipeline left.
+        let lock = self.lock_watch("clean")?;
         let mut removed = Vec::new();
         for signal in GoblinSignal::ALL {
             let p = self.dir.join(signal.name());
@@ -306,6 +395,11 @@ impl Goblin {
                 }
             }
         }
+        let p = self.dir.join(WATCH_LOCK);
+        if self.io.remove(&p)? {
+            removed.push(p);
+        }
+        drop(lock);
         self.io.sync_dir(&self.dir)?;
         Ok(removed)
     }

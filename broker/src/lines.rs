@@ -75,27 +75,28 @@ impl LineSplitter {
     }
 
     /// Like [`LineSplitter::feed`], but hands out as [`Line::Text`] only the lines that contain
-    /// `needle` (and any line that had to be joined across chunks); the other complete lines
-    /// come as [`Line::Gap`] runs. Finding the needle and counting newlines are SIMD searches, so
-    /// a stream with few interesting lines is read at close to memory speed. The line numbers
-    /// and the events are exactly those of [`LineSplitter::feed`].
+    /// one of `needles` (and any line that had to be joined across chunks); the other complete
+    /// lines come as [`Line::Gap`] runs. Finding the needles and counting newlines are SIMD
+    /// searches, each needle's moving forward only, so a stream with few interesting lines is
+    /// read at close to memory speed. The line numbers and the events are exactly those of
+    /// [`LineSplitter::feed`].
     pub(crate) fn feed_sparse(
         &mut self,
         chunk: &[u8],
-        needle: &memchr::memmem::Finder<'_>,
+        needles: &[memchr::memmem::Finder<'_>],
         f: &mut dyn FnMut(Line<'_>),
     ) {
         // A line lying wholly inside a piece no longer than the cap cannot exceed the cap:
         // only a line continuing a buffered tail needs its length checked.
         for piece in chunk.chunks(self.max_len.max(1)) {
-            self.feed_piece_sparse(piece, needle, f);
+            self.feed_piece_sparse(piece, needles, f);
         }
     }
 
     fn feed_piece_sparse(
         &mut self,
         mut chunk: &[u8],
-        needle: &memchr::memmem::Finder<'_>,
+        needles: &[memchr::memmem::Finder<'_>],
         f: &mut dyn FnMut(Line<'_>),
     ) {
         if !self.buf.is_empty() || self.overflow.is_some() {
@@ -112,10 +113,18 @@ impl LineSplitter {
         };
         let region = &chunk[..=last_nl];
         let mut pos = 0;
-        for m in needle.find_iter(region) {
-            if m < pos {
-                continue; // a second match on a line already handed out
+        // The next match of each needle at or after `pos`, searched again only once `pos`
+        // has passed it: every needle's search moves forward only.
+        let mut next: Vec<Option<usize>> = needles.iter().map(|n| n.find(region)).collect();
+        loop {
+            for (n, at) in needles.iter().zip(next.iter_mut()) {
+                if at.is_some_and(|m| m < pos) {
+                    *at = n.find(&region[pos..]).map(|m| m + pos);
+                }
             }
+            let Some(m) = next.iter().flatten().min().copied() else {
+                break;
+            };
             let start = memchr::memrchr(b'\n', &region[pos..m]).map_or(pos, |i| pos + i + 1);
             let end =
                 m + memchr::memchr(b'\n', &region[m..]).expect("the region ends with a newline");
@@ -205,7 +214,10 @@ mod tests {
 
     #[test]
     fn sparse_hands_out_matching_lines_and_gaps_with_the_same_numbers() {
-        let finder = memchr::memmem::Finder::new(b"!!");
+        let finder = [
+            memchr::memmem::Finder::new(b"!!"),
+            memchr::memmem::Finder::new(b"??"),
+        ];
         let mut s = LineSplitter::new(16);
         let mut out = Vec::new();
         let mut f = |l: Line<'_>| {
@@ -215,7 +227,7 @@ mod tests {
                 Line::Gap(g) => format!("gap:{}", g.len()),
             })
         };
-        s.feed_sparse(b"a\nb!!\r\nc\nd\n!! !!\nlong-line-", &finder, &mut f);
+        s.feed_sparse(b"a\nb!!\r\nc\n??d\n!! ?? !!\nlong-line-", &finder, &mut f);
         s.feed_sparse(b"that-goes-on\ne\n", &finder, &mut f);
         s.finish(&mut f);
         assert_eq!(
@@ -223,8 +235,9 @@ mod tests {
             [
                 "gap:2",
                 "2:b!!",
-                "gap:4",
-                "5:!! !!",
+                "gap:2",
+                "4:??d",
+                "5:!! ?? !!",
                 "6:too long (22)",
                 "gap:2"
             ]

@@ -195,7 +195,9 @@ impl PilotParser {
         // inside a block the lines between come as raw runs.
         let mut lines = std::mem::replace(&mut self.lines, LineSplitter::new(0));
         let fence = self.fence.clone();
-        lines.feed_sparse(chunk, &fence, &mut |l| self.line(l, &mut out));
+        lines.feed_sparse(chunk, std::slice::from_ref(&fence), &mut |l| {
+            self.line(l, &mut out)
+        });
         self.lines = lines;
         out
     }

@@ -529,6 +529,112 @@ fn goblin_unexpected_conflicting_and_invalid_files_are_reported_not_dropped() {
     assert!(Path::new(c["moved_to"].as_str().unwrap()).exists());
 }
 
+/// Several `goblin watch` processes on one worktree, many rounds: whether they were all
+/// waiting when the signal arrived or all start at once with the signal there, exactly one
+/// reports each transition (the next stage starts once). The others are refused, naming the
+/// watch that holds the worktree, or (started after it ended) find nothing left to do.
+#[test]
+fn goblin_watches_racing_on_one_worktree_report_each_transition_once() {
+    const WATCHERS: usize = 4;
+    let (mut refused, mut rounds) = (0, 0);
+    for round in 0..30 {
+        let (_d, wt) = worktree();
+        let signal_first = round % 2 == 1;
+        let signal = || {
+            ok_in(
+                &wt,
+                &[
+                    "goblin",
+                    "signal",
+                    "build-complete",
+                    "--worktree",
+                    ".",
+                    "{\"commits\": 1}",
+                ],
+            )
+        };
+        // The pipeline at BUILD; the watches go on from the saved stage, so that one started
+        // after the winner ended finds REVIEW, not a BUILD of its own making.
+        let at_build = run_in(
+            &wt,
+            &[
+                "goblin",
+                "watch",
+                "--worktree",
+                ".",
+                "--stage",
+                "BUILD",
+                "--timeout",
+                "0s",
+            ],
+        );
+        assert_eq!(at_build.status.code(), Some(1));
+        if signal_first {
+            signal();
+        }
+        let timeout = if signal_first { "1s" } else { "3s" };
+        let watchers: Vec<_> = (0..WATCHERS)
+            .map(|_| {
+                Command::new(BIN)
+                    .current_dir(&wt)
+                    .args(["goblin", "watch", "--worktree", "."])
+                    .args(["--once", "--settle", "0s", "--timeout", timeout])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        if !signal_first {
+            // All of them watching (or refused) before the signal arrives.
+            std::thread::sleep(Duration::from_millis(300));
+            signal();
+        }
+        let mut transitions = 0;
+        for w in watchers {
+            let out = w.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            transitions += lines(&String::from_utf8(out.stdout).unwrap())
+                .iter()
+                .filter(|e| e["event"] == "transition")
+                .count();
+            match out.status.code() {
+                Some(0 | 1) => {}
+                Some(2) => {
+                    assert!(
+                        err.contains("another goblin watch (pid ")
+                            && err.contains("is at work on this worktree"),
+                        "round {round}: refused without naming the holder: {err}"
+                    );
+                    refused += 1;
+                }
+                other => panic!("round {round}: exit {other:?}: {err}"),
+            }
+        }
+        assert_eq!(
+            transitions, 1,
+            "round {round}: the transition was reported {transitions} times"
+        );
+        let consumed = std::fs::read_dir(wt.join(".goblin/.consumed"))
+            .unwrap()
+            .count();
+        assert_eq!(consumed, 1, "round {round}");
+        let state: Value =
+            serde_json::from_slice(&std::fs::read(wt.join(".goblin/.sigbox-state.json")).unwrap())
+                .unwrap();
+        assert_eq!(state["stage"], "REVIEW", "round {round}");
+        assert!(state.get("pending").is_none(), "round {round}");
+        rounds += 1;
+    }
+    eprintln!(
+        "{rounds} rounds of {WATCHERS} watches on one worktree: one report each, {refused} watches refused"
+    );
+    assert!(
+        refused >= rounds,
+        "the watches hardly overlapped: {refused} refused"
+    );
+}
+
 // ---------------------------------------------------------------- mux
 
 fn project() -> tempfile::TempDir {
@@ -877,6 +983,89 @@ fn mux_verify_matches_upstream_output_for_both_forms() {
     assert_eq!(
         v("summary"),
         "completed: 2\nfailed: 0\ntotal_size: 3072\npaths: 2\n"
+    );
+}
+
+/// Upstream's `verify.py` and `check-signals.py` count nothing where the session (or the
+/// `--signals-dir`) is missing or not a directory, print their zeros and exit as for an empty
+/// session: every mux reader keeps that output and status, and says why on stderr.
+#[test]
+fn mux_readers_on_a_missing_session_keep_upstreams_output_and_status_and_say_why() {
+    let d = project();
+    let root = d.path();
+    std::fs::write(root.join("tmp/mux/a-file"), b"").unwrap();
+    let zeros = "completed: 0\nfailed: 0\ntotal_size: 0\npaths: 0\n";
+    // (session, extra arguments, upstream's stdout, upstream's exit status; None: stdout is
+    // JSON with zero counts)
+    let cases: &[(&str, &[&str], Option<&str>, i32)] = &[
+        ("verify", &["--action", "count"], Some("0\n"), 0),
+        (
+            "verify",
+            &["--action", "failures"],
+            Some("No failures\n"),
+            0,
+        ),
+        ("verify", &["--action", "paths"], Some(""), 0),
+        ("verify", &["--action", "sizes"], Some(""), 0),
+        ("verify", &["--action", "total-size"], Some("0\n"), 0),
+        ("verify", &["--action", "summary"], Some(zeros), 0),
+        ("verify", &[], Some(zeros), 0),
+        ("check", &["--expected", "1"], None, 1),
+        ("check", &["--expected", "0"], None, 0),
+        ("check", &["--expected", "1", "--timeout", "50ms"], None, 1),
+    ];
+    for session in ["tmp/mux/no-such-session", "tmp/mux/a-file"] {
+        for (cmd, extra, want, code) in cases {
+            let mut args = vec!["mux", cmd, session];
+            args.extend_from_slice(extra);
+            let out = run_in(root, &args);
+            let text = String::from_utf8(out.stdout).unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+            match want {
+                Some(want) => assert_eq!(&text, want, "{args:?}"),
+                None => {
+                    let v: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!((&v["complete"], &v["failed"]), (&json!(0), &json!(0)));
+                }
+            }
+            assert!(
+                err.contains("WARNING:")
+                    && err.contains(session)
+                    && err.contains("nothing counted"),
+                "{args:?}: the hint names the session: {err:?}"
+            );
+        }
+        let out = run_in(root, &["--json", "mux", "verify", session]);
+        assert_eq!(out.status.code(), Some(0));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!((&v["completed"], &v["failed"]), (&json!(0), &json!(0)));
+    }
+    // A --signals-dir that does not exist: upstream counts nothing there, whatever the session.
+    let out = run_in(
+        root,
+        &[
+            "mux",
+            "verify",
+            SESSION,
+            "--signals-dir",
+            "tmp/nowhere",
+            "--action",
+            "count",
+        ],
+    );
+    assert_eq!((out.status.code(), &out.stdout[..]), (Some(0), &b"0\n"[..]));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tmp/nowhere"));
+    // An empty session that exists is no mistake: no hint.
+    let out = run_in(root, &["mux", "verify", SESSION]);
+    assert_eq!(
+        (out.status.code(), String::from_utf8(out.stdout).unwrap()),
+        (Some(0), zeros.to_string())
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

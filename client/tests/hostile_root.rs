@@ -411,6 +411,72 @@ fn goblin_and_mux_directories_planted_as_links_are_never_followed() {
     }
 }
 
+/// The Goblin watch lock planted as a symlink to a victim's file, a FIFO or a directory:
+/// `watch` and `clean` open it without following the link or blocking, refuse by name, and
+/// leave the victim and the signal alone.
+#[test]
+fn a_planted_goblin_watch_lock_is_refused_by_name_and_never_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let victim_dir = tmp.path().join("victim");
+    victim(&victim_dir);
+    let before = snapshot(&victim_dir);
+    for (plant, why) in [
+        ("symlink", "a symlink"),
+        ("fifo", "not a regular file"),
+        ("dir", "directory"),
+    ] {
+        let wt = tmp.path().join(format!("wt-{plant}"));
+        std::fs::create_dir_all(wt.join(".goblin")).unwrap();
+        std::fs::write(wt.join(".goblin/build-complete"), b"{}").unwrap();
+        let lock = wt.join(".goblin/.sigbox-watch.lock");
+        match plant {
+            "symlink" => std::os::unix::fs::symlink(victim_dir.join("victim.json"), &lock).unwrap(),
+            "fifo" => rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &lock,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o644),
+                0,
+            )
+            .unwrap(),
+            _ => std::fs::create_dir(&lock).unwrap(),
+        }
+        let w = wt.to_str().unwrap();
+        for args in [
+            vec![
+                "goblin",
+                "watch",
+                "--worktree",
+                w,
+                "--stage",
+                "BUILD",
+                "--once",
+                "--timeout",
+                "300ms",
+            ],
+            vec!["goblin", "clean", "--worktree", w],
+        ] {
+            let out = sigbox(&wt, &args, plant);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{plant}: {args:?}: {err}");
+            assert!(
+                err.contains(".goblin/.sigbox-watch.lock") && err.contains(why),
+                "{plant}: {args:?}: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{plant}: {args:?}: acted");
+            assert!(
+                wt.join(".goblin/build-complete").exists(),
+                "{plant}: {args:?}"
+            );
+            assert_eq!(
+                snapshot(&victim_dir),
+                before,
+                "{plant}: {args:?} changed the victim"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_planted_fifo_socket_or_file_at_a_layout_path_is_named_by_the_warning() {
     for (kind, what) in [

@@ -328,3 +328,139 @@ fn a_transition_into_a_terminal_stage_interrupted_by_a_kill_is_reported_by_the_n
         assert_eq!(again.status.code(), Some(code));
     }
 }
+
+/// A stdout that is full: every write to it blocks until the test reads it. A `goblin watch`
+/// writing to it stops at its first report, after every filesystem step before that report:
+/// the moment between consuming a signal and reporting its transition, held for as long as
+/// the test likes. Returns the pipe's ends and how many bytes fill it.
+fn full_pipe() -> (std::io::PipeReader, std::io::PipeWriter, usize) {
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    use std::io::Write;
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    let flags = fcntl_getfl(&writer).unwrap();
+    fcntl_setfl(&writer, flags | OFlags::NONBLOCK).unwrap();
+    let mut filled = 0;
+    for chunk in [4096, 1] {
+        loop {
+            match writer.write(&vec![b'.'; chunk]) {
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    // Blocking again: the flag belongs to the open pipe, which the child shares.
+    fcntl_setfl(&writer, flags).unwrap();
+    (reader, writer, filled)
+}
+
+/// `sigbox goblin watch --worktree W --stage BUILD` (the README's form) killed between moving
+/// the signal into `.consumed/` and reporting the transition, then started again: the restart
+/// reports the transition the killed one took, exactly once, whether it names the stage the
+/// transition left, the one it entered, or none; a restart at another stage is refused with
+/// the reason and changes nothing. (A restart that forced BUILD used to drop the saved
+/// transition: the signal was consumed, and every later run timed out.)
+#[test]
+fn a_goblin_watch_killed_between_consume_and_report_is_finished_by_its_restart_exactly_once() {
+    use rustix::process::{Pid, Signal, kill_process};
+    use sigbox::goblin::{Goblin, Stage};
+    for restart in [Some("BUILD"), Some("REVIEW"), None, Some("SCOPE")] {
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = tmp.path();
+        let g = Goblin::open(wt).unwrap();
+        std::fs::write(g.dir().join("build-complete"), br#"{"commits": 5}"#).unwrap();
+        let (mut reader, writer, filled) = full_pipe();
+        let mut first = Command::new(BIN)
+            .args(["goblin", "watch", "--worktree"])
+            .arg(wt)
+            .args(["--stage", "BUILD", "--once", "--timeout", "60s"])
+            .stdout(writer.try_clone().unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        drop(writer);
+        // Wait until the signal is consumed and the new stage saved with the transition
+        // pending: the watch is then blocked on its report, and is killed there.
+        let consumed = g.dir().join(".consumed");
+        let state = g.dir().join(".sigbox-state.json");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let moved = std::fs::read_dir(&consumed).is_ok_and(|d| d.count() == 1);
+            let pending = std::fs::read_to_string(&state).is_ok_and(|s| s.contains("pending"));
+            if moved && pending {
+                break;
+            }
+            assert!(first.try_wait().unwrap().is_none(), "the watch ended early");
+            assert!(std::time::Instant::now() < deadline, "never consumed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // It cannot pass its report: give it time to reach it, then kill it there.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(first.try_wait().unwrap().is_none());
+        let pid = Pid::from_raw(i32::try_from(first.id()).unwrap()).unwrap();
+        kill_process(pid, Signal::KILL).unwrap();
+        first.wait().unwrap();
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut reader, &mut out).unwrap();
+        assert_eq!(out.len(), filled, "the killed watch reported nothing");
+        assert!(!g.dir().join("build-complete").exists());
+
+        let watch = |stage: Option<&str>, timeout: &str| {
+            let mut c = Command::new(BIN);
+            c.args(["goblin", "watch", "--worktree"]).arg(wt).args([
+                "--once",
+                "--timeout",
+                timeout,
+            ]);
+            if let Some(s) = stage {
+                c.args(["--stage", s]);
+            }
+            c.output().unwrap()
+        };
+        let mut second = watch(restart, "5s");
+        if restart == Some("SCOPE") {
+            // Starting at another stage would lose the transition: refused, nothing changed.
+            let err = String::from_utf8_lossy(&second.stderr);
+            assert_eq!(second.status.code(), Some(2), "{err}");
+            assert!(second.stdout.is_empty());
+            assert!(
+                err.contains("BUILD -> REVIEW on build-complete is saved unfinished")
+                    && err.contains("would lose it"),
+                "{err}"
+            );
+            assert!(std::fs::read_to_string(&state).unwrap().contains("pending"));
+            second = watch(None, "5s");
+        }
+        let text = String::from_utf8(second.stdout).unwrap();
+        let reports: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            second.status.code(),
+            Some(0),
+            "restart {restart:?}: {text:?} {}",
+            String::from_utf8_lossy(&second.stderr)
+        );
+        assert_eq!(reports.len(), 1, "restart {restart:?}: {text:?}");
+        let r = &reports[0];
+        assert_eq!(
+            (&r["event"], &r["signal"], &r["from"], &r["to"]),
+            (
+                &serde_json::json!("transition"),
+                &serde_json::json!("build-complete"),
+                &serde_json::json!("BUILD"),
+                &serde_json::json!("REVIEW")
+            ),
+            "restart {restart:?}"
+        );
+        assert_eq!(r["payload"]["commits"], 5);
+        assert!(r["consumed"].as_str().unwrap().contains(".consumed"));
+        assert_eq!(g.state().unwrap().stage, Stage::Review);
+        assert!(!std::fs::read_to_string(&state).unwrap().contains("pending"));
+        // Exactly once: the next watch has nothing to report.
+        let third = watch(None, "0s");
+        assert_eq!(third.status.code(), Some(1), "timed out, nothing to do");
+        assert!(third.stdout.is_empty(), "reported twice");
+    }
+}

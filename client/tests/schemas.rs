@@ -1044,7 +1044,18 @@ fn mux(w: &World) {
         "cli/mux-verify.schema.json",
     );
     assert_eq!(v[0]["malformed"].as_array().unwrap().len(), 1);
-    let r = w.run_in(Some(&p), &["--json", "mux", "verify", "tmp/mux/none"], None);
+    // A session that does not exist: upstream's zeros and status, in the same schema.
+    let v = mux(
+        &["--json", "mux", "verify", "tmp/mux/none"],
+        0,
+        "cli/mux-verify.schema.json",
+    );
+    assert_eq!(v[0]["completed"], 0);
+    let r = w.run_in(
+        Some(&p),
+        &["--json", "mux", "verify", "/tmp/mux/none"],
+        None,
+    );
     r.expect(2);
     w.err(&r);
 }

@@ -64,6 +64,73 @@ flux_cases! {
     flux_line_numbers_count_every_line: "a\nb\n\n{\"flux:signal\":{\"verdict\":\"proceed\"}}\n" => ["4:proceed"];
 }
 
+/// Stream-json events (one JSON object per line, as `claude -p --output-format stream-json`
+/// prints them), each shape read as upstream's `parseSignalLine` reads it: a signal upstream
+/// takes is taken, one it ignores is not, and where upstream takes nothing from a line holding
+/// a signal (or fails on it), the line is an error event, never a signal and never silence.
+/// `S(v)` is a stream-json-escaped signal line with verdict `v`.
+macro_rules! stream_json_cases {
+    ($($name:ident: $shape:expr => [$($want:expr),*];)*) => {$(
+        #[test]
+        fn $name() {
+            let sig = |v: &str| format!("{{\\\"flux:signal\\\":{{\\\"verdict\\\":\\\"{v}\\\"}}}}");
+            let line = $shape.replace("S(rework)", &sig("rework")).replace("S(abort)", &sig("abort"))
+                .replace("S(maybe)", &sig("maybe"));
+            let got: Vec<String> = flux_all(&line).iter().map(describe).collect();
+            let want: Vec<&str> = vec![$($want),*];
+            assert_eq!(got, want, "line: {line}");
+        }
+    )*};
+}
+
+stream_json_cases! {
+    // `user` events: `message` must be present and truthy before anything is read.
+    sj_user_stdout_with_message_is_taken: r#"{"type":"user","message":{"content":[]},"tool_use_result":{"stdout":"ok\nS(rework)\n"}}"# => ["1:rework"];
+    sj_user_stdout_without_message_is_not_taken: r#"{"type":"user","tool_use_result":{"stdout":"S(rework)"}}"# => ["1:error not taken: a stream-json `user` event without `message` (upstream's parser reads nothing of it)"];
+    sj_user_stdout_message_null_is_not_taken: r#"{"type":"user","message":null,"tool_use_result":{"stdout":"S(rework)"}}"# => ["1:error not taken: a stream-json `user` event without `message` (upstream's parser reads nothing of it)"];
+    sj_user_stdout_message_false_is_not_taken: r#"{"type":"user","message":false,"tool_use_result":{"stdout":"S(rework)"}}"# => ["1:error not taken: a stream-json `user` event without `message` (upstream's parser reads nothing of it)"];
+    sj_user_stdout_message_zero_is_not_taken: r#"{"type":"user","message":0,"tool_use_result":{"stdout":"S(rework)"}}"# => ["1:error not taken: a stream-json `user` event without `message` (upstream's parser reads nothing of it)"];
+    sj_user_stdout_message_empty_string_is_not_taken: r#"{"type":"user","message":"","tool_use_result":{"stdout":"S(rework)"}}"# => ["1:error not taken: a stream-json `user` event without `message` (upstream's parser reads nothing of it)"];
+    sj_user_stdout_message_string_is_taken: r#"{"type":"user","message":"x","tool_use_result":{"stdout":"S(rework)"}}"# => ["1:rework"];
+    sj_user_stdout_message_empty_object_is_taken: r#"{"type":"user","message":{},"tool_use_result":{"stdout":"S(rework)"}}"# => ["1:rework"];
+    sj_user_without_message_or_signal_is_output: r#"{"type":"user","tool_use_result":{"stdout":"no flux:signal here"}}"# => [];
+    // The order: tool_use_result.stdout first, then the parts in order; the first wins, and
+    // an invalid verdict found first is the line's error.
+    sj_user_stdout_before_content: r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"S(abort)"}]},"tool_use_result":{"stdout":"S(rework)"}}"# => ["1:rework"];
+    sj_user_bad_verdict_in_stdout_first_is_an_error: r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"S(abort)"}]},"tool_use_result":{"stdout":"S(maybe)"}}"# => ["1:error invalid flux:signal verdict: \"maybe\""];
+    sj_user_first_tool_result_wins: r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"S(abort)"},{"type":"tool_result","content":"S(rework)"}]}}"# => ["1:abort"];
+    // Parts: only `tool_result` parts with string content; a null part upstream fails on.
+    sj_user_tool_result_array_content_is_output: r#"{"type":"user","message":{"content":[{"type":"tool_result","content":[{"type":"text","text":"S(abort)"}]}]}}"# => [];
+    sj_user_text_part_is_output: r#"{"type":"user","message":{"content":[{"type":"text","text":"S(abort)"}]}}"# => [];
+    sj_user_content_string_is_output: r#"{"type":"user","message":{"content":"S(abort)"}}"# => [];
+    sj_user_null_part_before_the_signal_is_an_error: r#"{"type":"user","message":{"content":[null,{"type":"tool_result","content":"S(abort)"}]}}"# => ["1:error not taken: message.content[0] is null (upstream's parser fails on it, a TypeError, and takes nothing from this line)"];
+    sj_user_null_part_after_the_signal_is_not_reached: r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"S(abort)"},null]}}"# => ["1:abort"];
+    sj_user_other_parts_are_skipped: r#"{"type":"user","message":{"content":[1,"x",true,[],{"type":"tool_result","content":"S(abort)"}]}}"# => ["1:abort"];
+    // Other event types are never looked into.
+    sj_assistant_text_is_output: r#"{"type":"assistant","message":{"content":[{"type":"text","text":"S(abort)"}]}}"# => [];
+    sj_assistant_tool_use_echo_is_output: r#"{"type":"assistant","message":{"content":[{"type":"tool_use","name":"Bash","input":{"command":"echo 'S(abort)'"}}]}}"# => [];
+    sj_assistant_tool_result_shape_is_output: r#"{"type":"assistant","message":{"content":[{"type":"tool_result","content":"S(abort)"}]},"tool_use_result":{"stdout":"S(abort)"}}"# => [];
+    sj_result_event_is_output: r#"{"type":"result","subtype":"success","result":"S(abort)"}"# => [];
+    sj_type_is_case_sensitive: r#"{"type":"User","message":{},"tool_use_result":{"stdout":"S(abort)"}}"# => [];
+    // A signal at the top level is taken whatever the event around it.
+    sj_direct_signal_in_a_user_event_without_message: r#"{"type":"user","flux:signal":{"verdict":"hold"}}"# => ["1:hold"];
+    // `flux:signal` an array: an object to upstream (`typeof`), without a verdict.
+    flux_signal_array_is_an_error: r#"{"flux:signal":[]}"# => ["1:error invalid flux:signal verdict: missing (flux:signal is an array, not an object)"];
+    sj_embedded_signal_array_is_an_error: r#"{"type":"user","message":{},"tool_use_result":{"stdout":"{\"flux:signal\":[\"proceed\"]}"}}"# => ["1:error invalid flux:signal verdict: missing (flux:signal is an array, not an object)"];
+    // An embedded line: trimmed as JavaScript trims (a BOM yes, NEL no), a key twice ambiguous.
+    sj_embedded_bom_is_trimmed: "{\"type\":\"user\",\"message\":{},\"tool_use_result\":{\"stdout\":\"\u{feff}S(rework)\"}}" => ["1:rework"];
+    sj_embedded_nel_is_not_trimmed: "{\"type\":\"user\",\"message\":{},\"tool_use_result\":{\"stdout\":\"\u{85}S(rework)\"}}" => [];
+    flux_nel_is_not_trimmed: "\u{85}{\"flux:signal\":{\"verdict\":\"abort\"}}" => [];
+    sj_embedded_key_twice_is_an_error: r#"{"type":"user","message":{},"tool_use_result":{"stdout":"{\"flux:signal\":{\"verdict\":\"abort\",\"verdict\":\"proceed\"}}"}}"# => ["1:error duplicate key `verdict` (a field may appear once) at line 1 column 54"];
+    // A key spelt with `\uXXXX` escapes is the key to upstream's JSON.parse: at the top level,
+    // escaped once or twice inside a tool's output; a lone surrogate without the key is output.
+    flux_escaped_key_is_taken: r#"{"\u0066lux:signal":{"verdict":"abort"}}"# => ["1:abort"];
+    sj_embedded_escaped_key_is_taken: r#"{"type":"user","message":{},"tool_use_result":{"stdout":"{\"flux\\u003asignal\":{\"verdict\":\"abort\"}}"}}"# => ["1:abort"];
+    sj_outer_escaped_key_is_taken: r#"{"type":"user","message":{},"tool_use_result":{"stdout":"{\"\u0066lux:signal\":{\"verdict\":\"abort\"}}"}}"# => ["1:abort"];
+    flux_lone_surrogate_without_the_key_is_output: r#"{"text":"\ud800 and \u0066"}"# => [];
+    sj_embedded_key_twice_elsewhere_is_output: r#"{"type":"user","message":{},"tool_use_result":{"stdout":"{\"a\":1,\"a\":2,\"b\":\"flux:signal\"}"}}"# => [];
+}
+
 #[test]
 fn flux_keeps_optional_fields_and_floors_tokens() {
     let e = flux_all(
@@ -235,6 +302,8 @@ fn mixed_stream() -> Vec<u8> {
     s.push_str(&"x".repeat(300));
     s.push('\n');
     s.push_str("{\"flux:signal\": {\"verdict\": \"hold\", \"reason\": \"needs_human\", \"meta\": {\"question\": \"ok?\"}}}\r\n");
+    // A key spelt with an escape (upstream's JSON.parse reads it), beside plain escapes.
+    s.push_str("{\"text\": \"caf\\u00e9\"}\n{\"\\u0066lux:signal\": {\"verdict\": \"rework\"}}\n");
     s.push_str("```pilot-signal\r\n{bad json}\r\n```\r\n```pilot-signal\n{\"type\":\"exit\",\"exit_signal\":true,\"success\":true}\n```\n");
     s.push_str("unterminated last line {\"flux:signal\": {\"verdict\": \"abort\"}}");
     s.into_bytes()
@@ -278,7 +347,7 @@ fn any_split_gives_the_same_events() {
             .iter()
             .filter(|e| matches!(e, FluxEvent::Signal(_)))
             .count(),
-        2
+        3
     );
     assert!(whole.0.iter().any(|e| matches!(e, FluxEvent::Error { .. })));
     assert!(

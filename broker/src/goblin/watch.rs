@@ -9,18 +9,24 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use super::{FileState, Goblin, GoblinSignal, Observed, Payload, PipelineState, Stage, next_stage};
+use super::{
+    FileState, Goblin, GoblinSignal, Observed, Payload, PipelineState, STATE_FILE, Stage,
+    next_stage,
+};
 use crate::clock::{self, Precision};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
-/// A running `watch` (spec/goblin.md, `watch`): the pipeline state it drives, and the file
-/// versions it has reported, so that each is reported once.
-#[derive(Clone, Debug)]
+/// A running `watch` (spec/goblin.md, `watch`): the pipeline state it drives, the file
+/// versions it has reported, so that each is reported once, and the worktree's watch lock,
+/// held for as long as it lives, so that no other watch takes a transition meanwhile.
+#[derive(Debug)]
 pub struct Watch {
     state: PipelineState,
     reported: HashSet<(GoblinSignal, i128, Report)>,
     /// A transition finished at start-up, reported by the first step.
     recovered: Option<Event>,
+    /// The watch lock (`None` where the filesystem has no locks).
+    _lock: Option<std::fs::File>,
 }
 
 /// A path as JSON text (non-UTF-8 bytes replaced), or `null`: a path never stops an event.
@@ -48,13 +54,14 @@ enum Report {
 }
 
 impl Watch {
-    /// A watch at `state` that has reported nothing yet. [`Goblin::start_watch`] picks the
-    /// state as the spec says and saves it.
-    pub fn new(state: PipelineState) -> Watch {
+    /// A watch at `state` holding `lock`, that has reported nothing yet.
+    /// [`Goblin::start_watch`] takes the lock, picks the state as the spec says and saves it.
+    fn new(state: PipelineState, lock: Option<std::fs::File>) -> Watch {
         Watch {
             state,
             reported: HashSet::new(),
             recovered: None,
+            _lock: lock,
         }
     }
 
@@ -213,21 +220,52 @@ fn event_time() -> String {
 }
 
 impl Goblin {
-    /// Starts a watch. Its state is `stage` (with `retries`, else 0) when given, else the saved
-    /// state (with its retries replaced by `retries` when given), else SCOPE with 0 retries;
-    /// it is saved when it differs from the saved one.
+    /// Starts a watch: takes the worktree's watch lock first (refused, naming the holder, while
+    /// another watch runs there: [`ErrorKind::Conflict`]), then picks its state. Its state is
+    /// `stage` (with `retries`, else 0) when given, else the saved state (with its retries
+    /// replaced by `retries` when given), else SCOPE with 0 retries; it is saved when it
+    /// differs from the saved one.
+    ///
+    /// A transition saved unfinished (its watch stopped between saving the new stage and
+    /// reporting it) is finished first and reported by the first [`Goblin::step`], when no
+    /// `stage` is given or the given one is the stage it left or entered; the watch then goes
+    /// on from the stage it entered (`retries` replacing its retries when given). Any other
+    /// `stage` would lose it: refused ([`ErrorKind::Conflict`]), nothing changed.
     pub fn start_watch(&self, stage: Option<Stage>, retries: Option<u32>) -> Result<Watch> {
+        // Before the saved state is read: of two watches started at once, one finishes a
+        // transition saved unfinished and takes the later ones, the other is refused.
+        let lock = self.lock_watch("watch")?;
         let (saved, pending) = match self.saved() {
             Some((st, p)) => (Some(st), p),
             None => (None, None),
         };
-        if let (Some(st), Some(p), None) = (saved, &pending, stage) {
+        if let (Some(st), Some(p)) = (saved, &pending) {
+            if let Some(given) = stage
+                && given != p.from
+                && given != st.stage
+            {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    Some(&self.dir.join(STATE_FILE)),
+                    format!(
+                        "the transition {} -> {} on {} is saved unfinished (the watch that took \
+                         it stopped before reporting it): starting at {} would lose it; start \
+                         the watch without a stage, or at {} or {}, to report it first",
+                        p.from.as_str(),
+                        st.stage.as_str(),
+                        p.signal.name(),
+                        given.as_str(),
+                        p.from.as_str(),
+                        st.stage.as_str()
+                    ),
+                ));
+            }
             // A transition was saved and its process ended before it finished: finish it.
             let consumed = match self.set_aside(p.signal, true)? {
                 Some(path) => Some(path),
                 None => self.last_consumed(p.signal)?,
             };
-            let mut watch = Watch::new(st);
+            let mut watch = Watch::new(st, lock);
             watch.recovered = Some(Event::Transition {
                 signal: p.signal,
                 from: p.from,
@@ -258,10 +296,10 @@ impl Goblin {
                 s
             }
         };
-        if Some(state) != saved || pending.is_some() {
+        if Some(state) != saved {
             self.save_state(state)?;
         }
-        Ok(Watch::new(state))
+        Ok(Watch::new(state, lock))
     }
 
     /// One look under the watch rule (spec/goblin.md, `watch`). Reads the six files, reports

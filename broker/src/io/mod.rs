@@ -827,6 +827,39 @@ impl Io {
         .map_err(|e| Error::io(path, "cannot open presence lock", e))
     }
 
+    /// Opens (creating if needed) a lock file its holder also writes to (who holds it), read
+    /// and write (read-only when it is another user's), never through a symlink, without
+    /// blocking on a FIFO, and only when it is a regular file.
+    pub(crate) fn open_lock_rw(&self, path: &Path) -> Result<File> {
+        let (dir, name) = self.place(path)?;
+        self.effect(FsOp::OpenLock(path), || {
+            use rustix::fs::OFlags;
+            let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NONBLOCK | OFlags::NOCTTY;
+            let file = match sys::open_at(&dir, name, flags, 0o666) {
+                // Another user's lock file: `flock` works on a read-only descriptor too (the
+                // holder then cannot say who it is).
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    open_lock_file(&dir, name)?
+                }
+                Err(e) if is_symlink_error(&e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "a symlink (a lock must be a plain file; remove what is there)",
+                    ));
+                }
+                other => other?,
+            };
+            if !file.metadata()?.is_file() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "not a regular file (a lock must be a plain file; remove what is there)",
+                ));
+            }
+            Ok(file)
+        })
+        .map_err(|e| Error::io(path, "cannot open the lock", e))
+    }
+
     /// Opens the directory `path` (never through a symlink) and takes an exclusive `flock` on
     /// it without blocking: `Ok(None)` when another open file description holds it or the
     /// directory is gone. The lock lasts as long as the returned descriptor; a process that

@@ -56,6 +56,7 @@ pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
                     if !arrived && deadline.is_some() {
                         report.status = "timeout";
                     }
+                    warn_missing(&session, dir.as_deref());
                     out.line(&mux::check_json(&report).to_string())?;
                     return Ok(if report.status == "complete" {
                         ExitCode::SUCCESS
@@ -73,16 +74,7 @@ pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             project_root,
         } => {
             let (session, dir) = session_dirs(&project_root, &session, signals_dir.as_deref())?;
-            // A session that does not exist is an error, not a report of zeros: a typo in
-            // its name must not read as "nothing done yet".
-            match std::fs::symlink_metadata(&session) {
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => anyhow::bail!("{}: the session is not a directory", session.display()),
-                Err(e) => {
-                    return Err(anyhow::Error::new(e)
-                        .context(format!("{}: no such session directory", session.display())));
-                }
-            }
+            warn_missing(&session, dir.as_deref());
             let found = mux::find(&session, dir.as_deref())?;
             warn_misplaced(&found);
             verify(&found, &action, out)
@@ -133,6 +125,27 @@ fn session_dirs(
     let session = mux::resolve(root, session)?;
     let dir = signals_dir.map(|d| mux::resolve(root, d)).transpose()?;
     Ok((session, dir))
+}
+
+/// Where the session (or the `--signals-dir` given) is not a directory, upstream's
+/// `check-signals.py` and `verify.py` count nothing and say nothing: their output and exit status
+/// are kept, and this says why on stderr, since a typo in a session's name must not read as
+/// "nothing done yet" in silence.
+fn warn_missing(session: &Path, signals_dir: Option<&Path>) {
+    let (what, dir) = match signals_dir {
+        Some(d) => ("signals directory", d),
+        None => ("session directory", session),
+    };
+    // One line whatever the name holds: a newline in it would forge another.
+    let shown = dir.display().to_string().escape_debug().to_string();
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => eprintln!("WARNING: {shown}: not a directory, so no {what}: nothing counted"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("WARNING: {shown}: no such {what}: nothing counted (is the name right?)")
+        }
+        Err(e) => eprintln!("WARNING: {shown}: the {what} cannot be read ({e}): nothing counted"),
+    }
 }
 
 fn warn_misplaced(found: &mux::Found) {
