@@ -376,3 +376,46 @@ fn a_poll_whose_stdout_reaches_nobody_takes_nothing() {
     assert!(out.status.success());
     assert_eq!(processed(&root), sent);
 }
+
+/// A reader that takes one line and leaves (`sigbox poll | head -1`) while a group is being
+/// written: the group is not acknowledged, and the next poll delivers it again marked, the
+/// line that was read among them; nothing lost, nothing read comes back unmarked.
+#[test]
+fn a_group_cut_short_by_its_reader_comes_again_marked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let sent = mailbox_of_big_signals(&root, 100);
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["--json", "poll", "--as", "Executor"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader is gone now.
+    let out = child.wait_with_output().unwrap();
+    let read: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let read = read["id"].as_str().unwrap().to_string();
+    assert!(
+        !processed(&root).contains(&read),
+        "acknowledged, though the group was cut short"
+    );
+    let again = poll_all(&root);
+    let ids: HashSet<String> = again.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(ids.len(), again.len(), "delivered twice");
+    assert_eq!(ids, sent, "a signal was lost");
+    let marked = again.iter().find(|(id, _)| *id == read).unwrap().1;
+    assert!(marked > 0, "the line read comes again unmarked");
+    // A closed output ends it as it ends any command.
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

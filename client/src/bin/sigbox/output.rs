@@ -16,6 +16,8 @@ pub(crate) struct Out {
     /// Set for a hand-over ([`Out::stop_when`]): lines are held here and written by
     /// [`Out::flush`], which a stop signal interrupts.
     held: Option<Held>,
+    /// How many bytes of the last flush went out before it failed.
+    cut: usize,
 }
 
 /// The lines of a hand-over not written yet, and the flag that interrupts their writing.
@@ -24,20 +26,13 @@ struct Held {
     stop: Arc<AtomicBool>,
 }
 
-/// A flush that a stop signal interrupted: how many bytes of it were written (0: none of
-/// the lines can have been read).
+/// A flush that a stop signal interrupted ([`io::ErrorKind::Interrupted`]).
 #[derive(Debug)]
-pub(crate) struct Stopped {
-    pub(crate) written: usize,
-}
+pub(crate) struct Stopped;
 
 impl std::fmt::Display for Stopped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "stopped by a signal while writing ({} bytes written)",
-            self.written
-        )
+        f.write_str("stopped by a signal while writing to a reader that does not read")
     }
 }
 
@@ -60,6 +55,7 @@ impl Out {
             json,
             stdout: io::stdout().lock(),
             held: None,
+            cut: 0,
         }
     }
 
@@ -132,14 +128,24 @@ impl Out {
 
     /// Writes out what is held (or buffered). A flush interrupted by the stop flag fails
     /// with a [`Stopped`] error ([`io::ErrorKind::Interrupted`]); what it held is dropped
-    /// either way (the caller puts its signals back).
+    /// however it fails, and [`Out::cut`] says how much of it went out first.
     pub(crate) fn flush(&mut self) -> io::Result<()> {
+        self.cut = 0;
         self.stdout.flush()?;
         let Some(held) = &mut self.held else {
             return Ok(());
         };
         let lines = std::mem::take(&mut held.lines);
-        write_until_stopped(&self.stdout, &lines, &held.stop)
+        write_until_stopped(&self.stdout, &lines, &held.stop).map_err(|(written, e)| {
+            self.cut = written;
+            e
+        })
+    }
+
+    /// How many bytes of the last flush went out before it failed (0 after a flush that
+    /// succeeded, or failed before writing anything: then nobody can have read any of it).
+    pub(crate) fn cut(&self) -> usize {
+        self.cut
     }
 }
 
@@ -147,7 +153,12 @@ impl Out {
 /// once `stop` is set, an output that takes nothing within a slice, or that is still taking
 /// bytes [`STOP_GRACE`] later, ends the write with a [`Stopped`] error. `write(2)` itself is
 /// never left blocked on a full pipe: a chunk is written only once the output polls writable.
-fn write_until_stopped(out: impl AsFd, bytes: &[u8], stop: &AtomicBool) -> io::Result<()> {
+/// A failure comes with how many bytes went out before it.
+fn write_until_stopped(
+    out: impl AsFd,
+    bytes: &[u8],
+    stop: &AtomicBool,
+) -> Result<(), (usize, io::Error)> {
     use rustix::event::{PollFd, PollFlags, Timespec, poll};
     use rustix::io::Errno;
     let fd = out.as_fd();
@@ -155,39 +166,33 @@ fn write_until_stopped(out: impl AsFd, bytes: &[u8], stop: &AtomicBool) -> io::R
         tv_sec: 0,
         tv_nsec: i64::from(STOP_LOOK.subsec_nanos()),
     };
+    let stopped = || io::Error::new(io::ErrorKind::Interrupted, Stopped);
     let mut written = 0;
     let mut stopped_at: Option<Instant> = None;
     while written < bytes.len() {
-        if stop.load(Ordering::SeqCst) {
-            let at = *stopped_at.get_or_insert_with(Instant::now);
-            if at.elapsed() >= STOP_GRACE {
-                return Err(io::Error::new(
-                    io::ErrorKind::Interrupted,
-                    Stopped { written },
-                ));
-            }
+        if stop.load(Ordering::SeqCst)
+            && stopped_at.get_or_insert_with(Instant::now).elapsed() >= STOP_GRACE
+        {
+            return Err((written, stopped()));
         }
         let mut fds = [PollFd::new(&fd, PollFlags::OUT)];
         match poll(&mut fds, Some(&look)) {
             // Nothing taken in a slice: a stop ends it now.
             Ok(0) | Err(Errno::INTR) => {
                 if stop.load(Ordering::SeqCst) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Interrupted,
-                        Stopped { written },
-                    ));
+                    return Err((written, stopped()));
                 }
                 continue;
             }
             Ok(_) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err((written, e.into())),
         }
         // Writable, or an error (a reader gone): the write says which.
         let end = bytes.len().min(written + CHUNK);
         match rustix::io::write(fd, &bytes[written..end]) {
             Ok(n) => written += n,
             Err(Errno::INTR | Errno::AGAIN) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err((written, e.into())),
         }
     }
     Ok(())

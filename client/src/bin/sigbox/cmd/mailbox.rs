@@ -252,24 +252,35 @@ impl Interrupts {
         c
     }
 
-    /// Prints a group ([`print_signals`]). A write that a stop signal interrupted after part
-    /// of the group went out ends the process by that signal here and now: its claims stay
-    /// in flight, never acknowledged, and the agent's next checkpoint delivers them again,
-    /// marked as redeliveries (someone may have read the part). Interrupted before any byte
-    /// went out, the group is refused, and the pass puts it back as it was.
+    /// Prints a group ([`print_signals`]). A write that fails (a stop signal, a reader gone,
+    /// a full disk) after part of the group went out ends the process here and now: someone
+    /// may have read that part, so the claims stay in flight, never acknowledged, and the
+    /// agent's next checkpoint delivers the group again, marked as redeliveries. The process
+    /// ends by the stop signal if one came; else as a closed output ends it (exit 0), or
+    /// with the error (exit 2). Failed before any byte went out, the group is refused, and
+    /// the pass puts it back as it was.
     fn hand_over(&self, out: &mut Out, group: &[sigbox::Signal]) -> std::io::Result<()> {
         let Err(e) = print_signals(out, group) else {
             return Ok(());
         };
-        let partly = e
-            .get_ref()
-            .and_then(|e| e.downcast_ref::<crate::output::Stopped>())
-            .is_some_and(|s| s.written > 0);
+        if out.cut() == 0 {
+            return Err(e);
+        }
         let sig = self.which.load(Ordering::SeqCst);
-        if partly && sig != 0 {
+        if sig != 0 {
             let _ = low_level::emulate_default_handler(sig as i32);
         }
-        Err(e)
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        warn_line(
+            &json!({"error": format!("cannot hand the claimed signals over: {e}"), "path": null, "exit": 2}),
+            &format!(
+                "cannot hand the claimed signals over: {e}; part of the group was written, so \
+                 it stays in flight: the next checkpoint delivers it again, marked"
+            ),
+        );
+        std::process::exit(2);
     }
 
     /// After the last hand-over: ends the process by the signal that stopped it, if any.
