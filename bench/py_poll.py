@@ -37,7 +37,7 @@ def main():
                 cp.poll()
                 py.append((time.perf_counter_ns() - t) / 1000)
         sub = []
-        cmd = [os.path.join(release, "sigbox"), "--root", root, "poll", "--as", "Planner"]
+        cmd = [os.path.join(release, "sigbox"), "--root", root, "poll", "--as", "Planner", "--discard"]
         for _ in range(200):
             t = time.perf_counter_ns()
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

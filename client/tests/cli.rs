@@ -510,7 +510,7 @@ fn a_blocked_wait_does_not_spin() {
     for extra in [&[][..], &["--poll", "0"][..]] {
         let mut args = vec!["wait", "--as", "Executor", "--timeout", "30s"];
         args.extend_from_slice(extra);
-        let mut child = env.cmd(&args).stdout(Stdio::null()).spawn().unwrap();
+        let mut child = env.cmd(&args).stdout(Stdio::piped()).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(300));
         let before = cpu_ns(child.id());
         std::thread::sleep(Duration::from_secs(1));

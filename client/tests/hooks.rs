@@ -874,3 +874,218 @@ fn hooks_of_two_mailboxes_live_side_by_side() {
         "{left}"
     );
 }
+
+/// The events each runtime's installed file registers, by the fixture that stands for them.
+fn installed_events(runtime: &str) -> &'static [&'static str] {
+    match runtime {
+        "copilot" => &["sessionStart", "preToolUse", "postToolUse", "agentStop"],
+        _ => &[
+            "SessionStart",
+            "UserPromptSubmit",
+            "PreToolUse",
+            "PostToolUse",
+            "Stop",
+        ],
+    }
+}
+
+/// The command line the runtime's settings file holds for `event`, as `hooks install` wrote it.
+fn installed_command(project: &Path, runtime: &str, event: &str) -> String {
+    let file = match runtime {
+        "claude" => ".claude/settings.json",
+        "codex" => ".codex/hooks.json",
+        _ => ".github/hooks/sigbox.json",
+    };
+    let settings: Value =
+        serde_json::from_slice(&std::fs::read(project.join(file)).unwrap()).unwrap();
+    let entry = &settings["hooks"][event][0];
+    match runtime {
+        "copilot" => entry["bash"].as_str().unwrap().to_string(),
+        _ => entry["hooks"][0]["command"].as_str().unwrap().to_string(),
+    }
+}
+
+/// Runs `command` as the runtime does (`shell -c COMMAND`, the event on stdin).
+fn run_as_runtime(shell: &str, command: &str, event: &[u8], cwd: &Path) -> Output {
+    let mut child = Command::new(shell)
+        .args(["-c", command])
+        .current_dir(cwd)
+        .env_remove("SIGBOX_ROOT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(event).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Installed hooks whose `sigbox` has since moved away answer nothing and exit 0 (no decision
+/// for every runtime: Copilot denies every tool call on any other exit of `preToolUse`), and
+/// leave the signals for later; the same command answers once the program is back.
+#[test]
+fn an_installed_hook_whose_program_moved_away_is_no_decision() {
+    for runtime in ["claude", "codex", "copilot"] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("signals");
+        let mb = Mailbox::init(&root).unwrap();
+        // The installing program is a copy that then moves away, as a rebuilt or reinstalled
+        // binary does.
+        let bin_dir = dir.path().join("bin dir");
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        let program = bin_dir.join("sigbox");
+        std::fs::copy(BIN, &program).unwrap();
+        let out = Command::new(&program)
+            .args(["--root", "signals", "hooks", "install", runtime, "--as"])
+            .arg("Executor")
+            .current_dir(dir.path())
+            .env_remove("SIGBOX_ROOT")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        send(&mb, SignalType::Steer, "waits for the hook");
+        std::fs::rename(&program, bin_dir.join("moved")).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        for &event in installed_events(runtime) {
+            let command = installed_command(dir.path(), runtime, event);
+            for shell in ["sh", "bash"] {
+                let out =
+                    run_as_runtime(shell, &command, &fixture(runtime, event), elsewhere.path());
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(
+                    out.status.code(),
+                    Some(0),
+                    "{runtime} {event} under {shell}: {command}: {err}"
+                );
+                assert!(out.stdout.is_empty(), "{runtime} {event}: a decision");
+                assert!(err.contains("is missing"), "{runtime} {event}: {err}");
+            }
+        }
+        assert_eq!(mb.pending().unwrap().len(), 1, "{runtime}: taken unread");
+        // Back in place: the same command line answers.
+        std::fs::rename(bin_dir.join("moved"), &program).unwrap();
+        let event = if runtime == "copilot" {
+            "postToolUse"
+        } else {
+            "PostToolUse"
+        };
+        let command = installed_command(dir.path(), runtime, event);
+        let out = run_as_runtime("sh", &command, &fixture(runtime, event), elsewhere.path());
+        assert!(out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("waits for the hook"),
+            "{runtime}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Recognized as sigbox's own: uninstall removes every entry.
+        let out = sigbox(
+            dir.path(),
+            &["--root", "signals", "hooks", "uninstall", runtime],
+        );
+        let out = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.contains(&format!(
+                "removed {} sigbox hook",
+                installed_events(runtime).len()
+            )),
+            "{runtime}: {out}"
+        );
+    }
+}
+
+/// Whatever goes wrong, `sigbox hook` answers nothing and exits 0 (no decision in every
+/// runtime), claiming nothing: a command line it refuses, an invalid `--as`, a bad settle
+/// window, a stdout that reaches nobody. `--strict` still fails, for debugging.
+#[test]
+fn a_hook_that_fails_is_no_decision() {
+    let (_dir, root, mb) = fresh();
+    send(&mb, SignalType::Abort, "must not be lost");
+    let root_s = root.to_str().unwrap();
+    let cases: [(&str, &[&str], &str); 6] = [
+        (
+            "an unknown option",
+            &[
+                "hook",
+                "copilot",
+                "--as",
+                "Executor",
+                "--event",
+                "preToolUse",
+                "--from-a-newer-version",
+            ],
+            "",
+        ),
+        (
+            "an invalid --as",
+            &[
+                "hook",
+                "copilot",
+                "--as",
+                "not an agent!",
+                "--event",
+                "preToolUse",
+            ],
+            "",
+        ),
+        ("no --as", &["hook", "claude"], ""),
+        (
+            "an unknown runtime",
+            &["hook", "gemini", "--as", "Executor"],
+            "",
+        ),
+        (
+            "a bad settle window",
+            &["--settle", "soon", "hook", "claude", "--as", "Executor"],
+            "",
+        ),
+        (
+            "stdout at /dev/null",
+            &["hook", "claude", "--as", "Executor"],
+            ">/dev/null",
+        ),
+    ];
+    for (what, args, redirect) in cases {
+        for runtime_event in [
+            fixture("copilot", "preToolUse"),
+            fixture("claude", "PreToolUse"),
+        ] {
+            let command = format!(
+                "exec \"$0\" --root \"$1\" {} {redirect}",
+                args.join(" ").replace("not an agent!", "'not an agent!'")
+            );
+            let out = run_as_runtime_args(&command, root_s, &runtime_event);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{what}: {err}");
+            assert!(out.stdout.is_empty(), "{what}: a decision");
+            assert!(err.contains("hook"), "{what}: not said: {err}");
+        }
+        assert_eq!(mb.pending().unwrap().len(), 1, "{what}: taken");
+    }
+    // --strict: the error is the status, for a person debugging.
+    let out = run_as_runtime_args(
+        "exec \"$0\" --root \"$1\" hook claude --as Executor --strict --from-a-newer-version",
+        root_s,
+        &fixture("claude", "PreToolUse"),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(mb.pending().unwrap().len(), 1);
+}
+
+/// `sh -c COMMAND BIN ROOT`, the event on stdin.
+fn run_as_runtime_args(command: &str, root: &str, event: &[u8]) -> Output {
+    let mut child = Command::new("sh")
+        .args(["-c", command, BIN, root])
+        .env_remove("SIGBOX_ROOT")
+        .env_remove("SIGBOX_SETTLE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(event).unwrap();
+    child.wait_with_output().unwrap()
+}

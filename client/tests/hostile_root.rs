@@ -600,7 +600,7 @@ fn waits_never_watch_through_a_planted_link() {
             .arg("--root")
             .arg(dir)
             .args(&args)
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();

@@ -215,3 +215,207 @@ fn a_poll_whose_output_is_full_puts_its_claims_back() {
         .collect();
     assert_eq!(pending, sent);
 }
+
+/// A mailbox at `root` holding `n` STEER signals for the Executor of about 3 KB each: a group
+/// of 64 is far more than a pipe holds.
+fn mailbox_of_big_signals(root: &Path, n: usize) -> HashSet<String> {
+    let mb = sigbox::MailboxOptions::new()
+        .durability(sigbox::Durability::RelaxedNoFsync)
+        .init(root)
+        .unwrap();
+    (0..n)
+        .map(|i| {
+            mb.send(
+                sigbox::NewSignal::new(sigbox::SignalType::Steer)
+                    .target(sigbox::Target::Agent("Executor".into()))
+                    .message(format!("{i} {}", "x".repeat(3000))),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+/// The signals `sigbox --json poll` delivers now, with their redelivery counts.
+fn poll_all(root: &Path) -> Vec<(String, u64)> {
+    let out = Command::new(BIN)
+        .arg("--root")
+        .arg(root)
+        .args(["--json", "poll", "--as", "Executor"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    common::printed(&String::from_utf8(out.stdout).unwrap())
+}
+
+/// A `poll` blocked writing into a FIFO whose reader never reads ends by SIGTERM or SIGINT,
+/// with that signal's status, and acknowledges nothing: the next poll delivers every signal,
+/// those of the group it was writing marked as redeliveries (part of it went into the FIFO).
+fn a_stop_signal_ends_a_poll_blocked_on_a_reader_that_does_not_read(signal: Signal) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let sent = mailbox_of_big_signals(&root, 100);
+    let fifo = tmp.path().join("fifo");
+    common::ok("mkfifo", &[fifo.to_str().unwrap()]);
+    // The reader: opened, and never read.
+    let reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(&fifo)
+        .unwrap();
+    let writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["--json", "poll", "--as", "Executor"])
+        .stdout(writer)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Blocked once the FIFO is full.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while rustix::io::ioctl_fionread(&reader).unwrap() < 60_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the poll never filled the FIFO"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    common::signal(child.id(), signal).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{signal:?} did not end a poll blocked writing to a reader that does not read");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.signal(), Some(signal.as_raw()), "{status}");
+    assert!(processed(&root).is_empty(), "acknowledged, never read");
+    drop(reader);
+    let again = poll_all(&root);
+    let ids: HashSet<String> = again.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(ids.len(), again.len(), "delivered twice");
+    assert_eq!(ids, sent, "a signal was lost");
+    let marked = again.iter().filter(|(_, n)| *n > 0).count();
+    assert!(
+        marked > 0,
+        "the group partly written is not marked as delivered again"
+    );
+    assert_eq!(processed(&root), sent);
+}
+
+#[test]
+fn sigterm_ends_a_poll_blocked_on_a_reader_that_does_not_read() {
+    a_stop_signal_ends_a_poll_blocked_on_a_reader_that_does_not_read(Signal::TERM);
+}
+
+#[test]
+fn sigint_ends_a_poll_blocked_on_a_reader_that_does_not_read() {
+    a_stop_signal_ends_a_poll_blocked_on_a_reader_that_does_not_read(Signal::INT);
+}
+
+/// `poll` and `wait` whose stdout reaches nobody (closed, which the runtime turns into
+/// `/dev/null`, or `/dev/null`) take nothing and say so (exit 2); `--discard` takes on purpose.
+#[test]
+fn a_poll_whose_stdout_reaches_nobody_takes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let sent = mailbox_with(&root, 5);
+    for (how, args) in [
+        ("closed", "poll --as Executor >&-"),
+        ("/dev/null", "poll --as Executor >/dev/null"),
+        ("closed", "wait --as Executor --timeout 5s >&-"),
+        ("/dev/null", "wait --as Executor --timeout 5s >/dev/null"),
+        ("closed", "poll --as Executor --max 1 1>&-"),
+    ] {
+        let out = Command::new("sh")
+            .args([
+                "-c",
+                &format!("exec \"$0\" --root \"$1\" {args}"),
+                BIN,
+                root.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{how}: {args}: {err}");
+        assert!(
+            err.contains("/dev/null") && err.contains("--discard"),
+            "{how}: {err}"
+        );
+        assert!(processed(&root).is_empty(), "{how}: {args}: taken unread");
+    }
+    let pending: HashSet<String> = sigbox::Mailbox::open(&root)
+        .unwrap()
+        .pending()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(pending, sent);
+    // On purpose.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "exec \"$0\" --root \"$1\" poll --as Executor --discard >/dev/null",
+            BIN,
+            root.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(processed(&root), sent);
+}
+
+/// A reader that takes one line and leaves (`sigbox poll | head -1`) while a group is being
+/// written: the group is not acknowledged, and the next poll delivers it again marked, the
+/// line that was read among them; nothing lost, nothing read comes back unmarked.
+#[test]
+fn a_group_cut_short_by_its_reader_comes_again_marked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let sent = mailbox_of_big_signals(&root, 100);
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["--json", "poll", "--as", "Executor"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader is gone now.
+    let out = child.wait_with_output().unwrap();
+    let read: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let read = read["id"].as_str().unwrap().to_string();
+    assert!(
+        !processed(&root).contains(&read),
+        "acknowledged, though the group was cut short"
+    );
+    let again = poll_all(&root);
+    let ids: HashSet<String> = again.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(ids.len(), again.len(), "delivered twice");
+    assert_eq!(ids, sent, "a signal was lost");
+    let marked = again.iter().find(|(id, _)| *id == read).unwrap().1;
+    assert!(marked > 0, "the line read comes again unmarked");
+    // A closed output ends it as it ends any command.
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -4,8 +4,9 @@
 //! The server holds the agent's presence while it lives (the orchestrator leaves its signals in
 //! `inputs/` instead of buffering them), and releases it when it exits. Signals a tool returned
 //! are acknowledged by the next tool call, or when the client closes the connection with no
-//! call running; a server that dies before either gives them again at its successor's first
-//! call, marked as redeliveries (spec/mailbox.md §9.2).
+//! call running once stdout shows that it read the answers ([`answers_read`]); otherwise, or
+//! when the server dies first, its successor's first call gives them again, marked as
+//! redeliveries (spec/mailbox.md §9.2, spec/mcp.md "Delivery").
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,6 +22,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sigbox::{NewSignal, PassControl, ProblemKind, Signal, SignalType, Target};
 use sigbox_client::Checkpoint;
+
+/// How long a server whose client closed its input waits for stdout to show that the last
+/// answers were read (a pipe drained, or its reader gone; a socket closed by its peer).
+const CLOSE_GRACE: Duration = Duration::from_millis(500);
 
 /// The longest a `wait` call blocks.
 const MAX_WAIT: Duration = Duration::from_secs(600);
@@ -92,6 +97,8 @@ struct Server {
     busy: Arc<AtomicUsize>,
     /// The client closed its end of the connection.
     closed: Arc<AtomicBool>,
+    /// Reading stdin failed with a reset: a socket's peer closed it with answers unread.
+    reset: Arc<AtomicBool>,
     /// `--channel`: the capability is declared.
     channel: bool,
     tool_router: ToolRouter<Self>,
@@ -127,10 +134,13 @@ fn signals_text(signals: &[Signal]) -> String {
 }
 
 /// The client's half of stdio, noting when it ends: a client that closed its end reads no
-/// more answers, so nothing claimed from then on is returned (or acknowledged at exit).
+/// more answers, so nothing claimed from then on is returned (or acknowledged at exit). A
+/// read that fails with a reset (stdin and stdout one socket, closed by a client that left
+/// answers unread) is noted apart.
 struct Input<R> {
     inner: R,
     closed: Arc<AtomicBool>,
+    reset: Arc<AtomicBool>,
 }
 
 impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Input<R> {
@@ -144,6 +154,12 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Input<R> {
         if let std::task::Poll::Ready(res) = &r
             && (res.is_err() || buf.filled().len() == before)
         {
+            if res
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset)
+            {
+                self.reset.store(true, Ordering::SeqCst);
+            }
             self.closed.store(true, Ordering::SeqCst);
         }
         r
@@ -251,6 +267,7 @@ impl Server {
             answered: Arc::new(Mutex::new(Vec::new())),
             busy: Arc::new(AtomicUsize::new(0)),
             closed: Arc::new(AtomicBool::new(false)),
+            reset: Arc::new(AtomicBool::new(false)),
             channel,
             tool_router: Self::tool_router(),
         }
@@ -412,8 +429,10 @@ impl ServerHandler for Server {
 }
 
 /// `--channel`: waits for signals on its own handle and pushes each as a channel
-/// notification; acknowledges them once written to the client, and stops when the
-/// connection is gone (what it claimed and could not push is given again, marked).
+/// notification; acknowledges them once stdout shows the client read them ([`Taken`]: a pipe
+/// drained; a socket still open [`CLOSE_GRACE`] later, or closed with nothing unread), and
+/// stops when the connection is gone or the pushes were never read (what it claimed and
+/// could not hand over is given again, marked).
 async fn push_channel(peer: rmcp::Peer<rmcp::RoleServer>, cp: Checkpoint) {
     use rmcp::model::{CustomNotification, ServerNotification};
     let cp = Arc::new(Mutex::new(cp));
@@ -468,6 +487,24 @@ async fn push_channel(peer: rmcp::Peer<rmcp::RoleServer>, cp: Checkpoint) {
                 return;
             }
         }
+        // Written is not read: wait for stdout to show the client took them.
+        let since = Instant::now();
+        loop {
+            match stdout_taken() {
+                Taken::Read => break,
+                Taken::Unknown if since.elapsed() >= CLOSE_GRACE => break,
+                Taken::Unread => {
+                    tracing::warn!(
+                        "channel: the client left without reading a push: it comes again, \
+                         marked, at the agent's next checkpoint"
+                    );
+                    return;
+                }
+                Taken::Pending | Taken::Unknown => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
         let handle = Arc::clone(&cp);
         let _ = tokio::task::spawn_blocking(move || {
             if let Err(e) = handle.lock().unwrap_or_else(|e| e.into_inner()).ack() {
@@ -475,6 +512,77 @@ async fn push_channel(peer: rmcp::Peer<rmcp::RoleServer>, cp: Checkpoint) {
             }
         })
         .await;
+    }
+}
+
+/// What stdout says, at one look, of the bytes written to it so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Taken {
+    /// All read: a pipe with nothing left in it; a socket its peer closed with nothing unread;
+    /// or something that is not a pipe or a socket (a file, a terminal: written is handed
+    /// over, as `sigbox poll` counts it).
+    Read,
+    /// Never read: a pipe whose reader has gone with bytes left in it; a socket its peer
+    /// closed with bytes unread (the kernel reports `ECONNRESET` then).
+    Unread,
+    /// A pipe with bytes left in it, its reader still there.
+    Pending,
+    /// A socket its peer keeps open: no socket tells how much its peer has taken.
+    Unknown,
+}
+
+/// One look at stdout ([`Taken`]).
+fn stdout_taken() -> Taken {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    use rustix::fs::FileType;
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let fd = stdout.as_fd();
+    let Ok(stat) = rustix::fs::fstat(fd) else {
+        return Taken::Unread;
+    };
+    let events = |flags: PollFlags| {
+        let mut fds = [PollFd::new(&fd, flags)];
+        match poll(&mut fds, Some(&Timespec::default())) {
+            Ok(_) => fds[0].revents(),
+            Err(_) => PollFlags::ERR,
+        }
+    };
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::Fifo => match rustix::io::ioctl_fionread(fd) {
+            Ok(0) => Taken::Read,
+            // A pipe's writer sees POLLERR once no reader is left.
+            Ok(_) if !events(PollFlags::OUT).contains(PollFlags::ERR) => Taken::Pending,
+            _ => Taken::Unread,
+        },
+        FileType::Socket => {
+            if !events(PollFlags::empty()).intersects(PollFlags::HUP | PollFlags::ERR) {
+                return Taken::Unknown;
+            }
+            match rustix::net::sockopt::socket_error(fd) {
+                Ok(Ok(())) => Taken::Read,
+                _ => Taken::Unread,
+            }
+        }
+        _ => Taken::Read,
+    }
+}
+
+/// Whether the client read everything written to stdout, once it closed its input, waiting
+/// up to `grace` for stdout to tell ([`Taken`]): a pipe still holding bytes after `grace`
+/// was not read; a socket whose peer keeps it open past `grace` is a client shutting down
+/// cleanly (it closed its input and waits for the server to exit, reading meanwhile), taken
+/// as read, since a client that dies closes its socket at once.
+fn answers_read(grace: Duration) -> bool {
+    let deadline = Instant::now() + grace;
+    loop {
+        match stdout_taken() {
+            Taken::Read => return true,
+            Taken::Unread => return false,
+            Taken::Pending if Instant::now() >= deadline => return false,
+            Taken::Unknown if Instant::now() >= deadline => return true,
+            Taken::Pending | Taken::Unknown => std::thread::sleep(Duration::from_millis(10)),
+        }
     }
 }
 
@@ -535,6 +643,7 @@ fn run() -> anyhow::Result<()> {
                     Input {
                         inner: read,
                         closed: Arc::clone(&server.closed),
+                        reset: Arc::clone(&server.reset),
                     },
                     write,
                 )
@@ -547,8 +656,9 @@ fn run() -> anyhow::Result<()> {
         let _ = service.waiting().await;
         anyhow::Ok(())
     })?;
-    // The client closed the connection. With no call running, it had every answer: what
-    // they returned is handed over. Otherwise the next server gives them again, marked.
+    // The client closed its input. The answers it had not confirmed by calling again are
+    // handed over only if no call was running and stdout shows they were read; otherwise the
+    // next server gives them again, marked.
     let unreturned = server
         .unreturned
         .lock()
@@ -558,9 +668,16 @@ fn run() -> anyhow::Result<()> {
         && unreturned
         && server.unacked.load(Ordering::SeqCst)
     {
-        let cp = server.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = cp.ack() {
-            tracing::warn!(error = %e, "cannot acknowledge the last answers");
+        if !server.reset.load(Ordering::SeqCst) && answers_read(CLOSE_GRACE) {
+            let cp = server.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = cp.ack() {
+                tracing::warn!(error = %e, "cannot acknowledge the last answers");
+            }
+        } else {
+            tracing::warn!(
+                "the client closed the connection without reading the last answers: their \
+                 signals come again, marked, at the agent's next checkpoint"
+            );
         }
     }
     // Exit without waiting for the blocking pool (a stdin read may still be parked there).

@@ -5,11 +5,15 @@ installed in SIGBOX_MCP_BIN, SIGBOX_BIN. Each test works in its own temporary ma
 """
 
 import asyncio
+import fcntl
 import json
 import os
+import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 import unittest
 from contextlib import asynccontextmanager
@@ -37,6 +41,35 @@ async def server(root, agent="Executor"):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 yield session
+
+
+def unread(f):
+    """How many bytes wait unread in the pipe `f` reads from (FIONREAD), without reading."""
+    return struct.unpack("i", fcntl.ioctl(f.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+# A client process that starts the server, calls `wait`, says when the answer is in the pipe
+# (unread: it never reads it), then sleeps until it is killed.
+KILLED_CLIENT = r"""
+import fcntl, json, struct, subprocess, sys, termios, time
+mcp_bin, root = sys.argv[1], sys.argv[2]
+p = subprocess.Popen([mcp_bin, "--root", root, "--as", "Executor"], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+def send(obj):
+    p.stdin.write((json.dumps(obj) + "\n").encode())
+    p.stdin.flush()
+send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+p.stdout.readline()
+send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "wait", "arguments": {"timeout_s": 60}}})
+print(p.pid, flush=True)
+fd = p.stdout.fileno()
+while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0] == 0:
+    time.sleep(0.01)
+print("written", flush=True)
+time.sleep(600)
+"""
 
 
 def text(result):
@@ -351,6 +384,103 @@ class McpServer(unittest.TestCase):
                 got = text(await s.call_tool("check", {}))["signals"]
                 self.assertEqual([g["message"] for g in got], ["late"], got)
         self.run_async(go())
+
+    def log_ids(self):
+        return [json.loads(l)["id"] for l in sigbox(self.root, "--json", "log").splitlines()]
+
+    def test_an_answer_the_client_closed_unread_comes_again_marked(self):
+        p, send = self.raw()
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "wait", "arguments": {"timeout_s": 60}}})
+        time.sleep(0.3)
+        sigbox(self.root, "send", "abort", "unread", "--target", "Executor")
+        deadline = time.monotonic() + 15
+        while unread(p.stdout) == 0:
+            self.assertLess(time.monotonic(), deadline, "the answer was never written")
+            time.sleep(0.01)
+        # Both ends closed, the answer never read.
+        p.stdin.close()
+        p.stdout.close()
+        p.wait(timeout=15)
+        self.assertEqual(self.log_ids(), [], "acknowledged, never read")
+        async def go():
+            async with server(self.root) as s:
+                got = text(await s.call_tool("check", {}))["signals"]
+                self.assertEqual([g["message"] for g in got], ["unread"], got)
+                self.assertEqual(got[0]["redelivery"], 1)
+        self.run_async(go())
+
+    def test_a_client_killed_before_reading_the_answer_gets_it_again_marked(self):
+        client = subprocess.Popen(
+            [sys.executable, "-c", KILLED_CLIENT, MCP_BIN, self.root],
+            stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            pid = int(client.stdout.readline())
+            time.sleep(0.3)
+            sigbox(self.root, "send", "abort", "killed", "--target", "Executor")
+            self.assertEqual(client.stdout.readline().strip(), "written")
+        finally:
+            client.send_signal(signal.SIGKILL)
+            client.wait(timeout=10)
+        # The server sees its client gone, and ends.
+        deadline = time.monotonic() + 15
+        while os.path.exists(f"/proc/{pid}") and not open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("Z"):
+            self.assertLess(time.monotonic(), deadline, "the server did not end")
+            time.sleep(0.05)
+        self.assertEqual(self.log_ids(), [], "acknowledged, never read")
+        async def go():
+            async with server(self.root) as s:
+                got = text(await s.call_tool("check", {}))["signals"]
+                self.assertEqual([g["message"] for g in got], ["killed"], got)
+                self.assertEqual(got[0]["redelivery"], 1)
+        self.run_async(go())
+
+    def test_a_push_the_client_never_read_comes_again_marked(self):
+        p, send = self.raw("--channel")
+        sigbox(self.root, "send", "steer", "pushed unread", "--target", "Executor")
+        deadline = time.monotonic() + 15
+        while unread(p.stdout) == 0:
+            self.assertLess(time.monotonic(), deadline, "nothing was pushed")
+            time.sleep(0.01)
+        time.sleep(0.3)
+        self.assertEqual(self.log_ids(), [], "acknowledged while unread")
+        p.stdin.close()
+        p.stdout.close()
+        p.wait(timeout=15)
+        self.assertEqual(self.log_ids(), [], "acknowledged, never read")
+        async def go():
+            async with server(self.root) as s:
+                got = text(await s.call_tool("check", {}))["signals"]
+                self.assertEqual([g["message"] for g in got], ["pushed unread"], got)
+                self.assertEqual(got[0]["redelivery"], 1)
+        self.run_async(go())
+
+    def test_an_answer_read_is_acknowledged_once(self):
+        ids = [sigbox(self.root, "send", "steer", m, "--target", "Executor").strip() for m in ("one", "two")]
+        p, send = self.raw()
+        def call(i, name, args):
+            send({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": args}})
+            r = json.loads(p.stdout.readline())
+            self.assertEqual(r["id"], i)
+            return [g["message"] for g in json.loads(r["result"]["content"][0]["text"])["signals"]]
+        try:
+            self.assertEqual(call(2, "wait", {"timeout_s": 5}), ["one", "two"])
+            # In flight until the client calls again, which says it read the answer.
+            self.assertEqual(self.log_ids(), [])
+            self.assertEqual(call(3, "check", {}), [])
+            self.assertEqual(sorted(self.log_ids()), sorted(ids))
+            # Read, then the connection closed cleanly with no call after it: handed over.
+            last = sigbox(self.root, "send", "info", "last", "--target", "Executor").strip()
+            self.assertEqual(call(4, "wait", {"timeout_s": 5}), ["last"])
+        finally:
+            p.stdin.close()
+            p.wait(timeout=10)
+        self.assertEqual(sorted(self.log_ids()), sorted(ids + [last]))
+        async def go():
+            async with server(self.root) as s:
+                self.assertEqual(text(await s.call_tool("check", {})), {"signals": []})
+        self.run_async(go())
+        self.assertEqual(sorted(self.log_ids()), sorted(ids + [last]), "acknowledged twice")
 
     def test_the_settle_window_is_the_callers(self):
         with open(os.path.join(self.root, "inputs", "hand.yaml"), "w") as f:

@@ -189,12 +189,12 @@ fn run_quiet(cmd: &mut Command) {
 
 /// One `sigbox poll --as Executor` on `root`, a whole process.
 fn cli_poll(bin: &Path, root: &Path) {
-    run_quiet(
-        Command::new(bin)
-            .arg("--root")
-            .arg(root)
-            .args(["poll", "--as", "Executor"]),
-    );
+    run_quiet(Command::new(bin).arg("--root").arg(root).args([
+        "poll",
+        "--as",
+        "Executor",
+        "--discard",
+    ]));
 }
 
 fn fill(relaxed: &Mailbox, maildir: &maildir::Maildir, n: usize) {

@@ -68,10 +68,12 @@ fn main() {
     let (mut tl, mut tp) = (Vec::new(), Vec::new());
     for i in 0..220 {
         let a = run(Command::new("ls").arg(empty.join("inputs")));
-        let b = run(Command::new(&bin)
-            .args(["--root"])
-            .arg(&empty)
-            .args(["poll", "--as", "Executor"]));
+        let b = run(Command::new(&bin).args(["--root"]).arg(&empty).args([
+            "poll",
+            "--as",
+            "Executor",
+            "--discard",
+        ]));
         if i >= 20 {
             tl.push(a);
             tp.push(b);
@@ -92,7 +94,7 @@ fn main() {
     let mut child = Command::new(&bin)
         .args(["--root"])
         .arg(&empty)
-        .args(["wait", "--as", "Executor", "--timeout", "3s"])
+        .args(["wait", "--as", "Executor", "--timeout", "3s", "--discard"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();

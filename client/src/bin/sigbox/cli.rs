@@ -494,6 +494,10 @@ pub(crate) struct AgentArgs {
     /// Deliver at most N signals in this call; the rest wait for the next one.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max: Option<u64>,
+    /// Take the signals even when stdout reaches nobody (closed, or /dev/null): they are
+    /// acknowledged unread. Without it such a call is refused (exit 2) and takes nothing.
+    #[arg(long)]
+    pub(crate) discard: bool,
 }
 
 #[derive(Debug, Args)]

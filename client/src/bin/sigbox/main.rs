@@ -76,10 +76,27 @@ fn error_path(err: &anyhow::Error) -> Option<std::path::PathBuf> {
 fn usage_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let wants_json = std::env::args_os().any(|a| a == "--json");
-    if !wants_json || matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+    let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if !shown && is_hook() && !std::env::args_os().any(|a| a == "--strict") {
+        // A hook never breaks the agent (spec/hooks.md): a command line this version refuses
+        // (written by another version, a bad `SIGBOX_SETTLE`) answers nothing, exit 0.
+        let why = clap_line(&e);
+        cmd::set_json(wants_json);
+        cmd::mailbox::warn_line(
+            &serde_json::json!({"event": "hook_skipped", "reason": why}),
+            &format!("hook: {why}"),
+        );
+        return ExitCode::SUCCESS;
+    }
+    if !wants_json || shown {
         e.exit();
     }
-    // clap's message without its usage and help hints, on one line.
+    report_error(true, &clap_line(&e), None);
+    ExitCode::from(2)
+}
+
+/// clap's message without its usage and help hints, on one line.
+fn clap_line(e: &clap::Error) -> String {
     let text = e.to_string();
     let said: Vec<&str> = text
         .lines()
@@ -89,16 +106,30 @@ fn usage_error(e: clap::Error) -> ExitCode {
         .collect();
     let line = said.join(" ");
     let line = line.trim_start_matches("error: ");
-    report_error(
-        true,
-        if line.is_empty() {
-            "invalid command line"
-        } else {
-            line
-        },
-        None,
-    );
-    ExitCode::from(2)
+    if line.is_empty() {
+        "invalid command line".to_string()
+    } else {
+        line.to_string()
+    }
+}
+
+/// True when the command line's subcommand is `hook` (the first word that is not a global
+/// option or its value).
+fn is_hook() -> bool {
+    let mut args = std::env::args_os().skip(1);
+    while let Some(a) = args.next() {
+        let a = a.to_string_lossy();
+        match a.as_ref() {
+            "--root" | "--settle" => {
+                args.next();
+            }
+            "--json" | "--verbose" => {}
+            a if a.starts_with("--root=") || a.starts_with("--settle=") => {}
+            a if a.len() > 1 && a.starts_with('-') && a[1..].chars().all(|c| c == 'v') => {}
+            a => return a == "hook",
+        }
+    }
+    false
 }
 
 /// Routes the parsed command line to its command.
@@ -142,7 +173,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Hook(args) => {
             // The hook writes its answer itself, once, after the pass.
             drop(out);
-            return cmd::hook::run(&root, &args);
+            return hook(&root, &args);
         }
         Command::Hooks(c) => cmd::hooks::run(&root, c, &mut out)?,
         Command::Mcp {
@@ -165,6 +196,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     out.flush()?;
     Ok(code)
+}
+
+/// `sigbox hook`: a panic (said on stderr by the panic hook) answers nothing, exit 0, as
+/// every other reason does (exit 2 with `--strict`); what the call claimed and did not hand
+/// over comes again, marked, at the agent's next call.
+fn hook(root: &std::path::Path, args: &cli::HookArgs) -> anyhow::Result<ExitCode> {
+    let strict = args.strict;
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cmd::hook::run(root, args))) {
+        Ok(done) => done,
+        Err(_) if strict => anyhow::bail!("hook: an internal error (said above)"),
+        Err(_) => Ok(ExitCode::SUCCESS),
+    }
 }
 
 /// Logging on stderr: `-v` and `RUST_LOG` choose how much; under `--json`, one JSON object per

@@ -1,6 +1,10 @@
 //! Stable output: one JSON object per line with `--json`, short aligned lines otherwise.
 
 use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sigbox::{Signal, Target};
@@ -9,13 +13,67 @@ use sigbox::{Signal, Target};
 pub(crate) struct Out {
     json: bool,
     stdout: io::StdoutLock<'static>,
+    /// Set for a hand-over ([`Out::stop_when`]): lines are held here and written by
+    /// [`Out::flush`], which a stop signal interrupts.
+    held: Option<Held>,
+    /// How many bytes of the last flush went out before it failed.
+    cut: usize,
 }
+
+/// The lines of a hand-over not written yet, and the flag that interrupts their writing.
+struct Held {
+    lines: Vec<u8>,
+    stop: Arc<AtomicBool>,
+}
+
+/// A flush that a stop signal interrupted ([`io::ErrorKind::Interrupted`]).
+#[derive(Debug)]
+pub(crate) struct Stopped;
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped by a signal while writing to a reader that does not read")
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// How long a flush waits on an output that takes nothing before it looks at its stop flag.
+const STOP_LOOK: Duration = Duration::from_millis(100);
+
+/// How long a flush goes on writing once the stop flag is set, to an output that keeps
+/// taking bytes slowly.
+const STOP_GRACE: Duration = Duration::from_millis(500);
+
+/// The most written at once: a pipe that polls writable takes this much without blocking
+/// (one page; `PIPE_BUF` on Linux).
+const CHUNK: usize = 4096;
 
 impl Out {
     pub(crate) fn new(json: bool) -> Out {
         Out {
             json,
             stdout: io::stdout().lock(),
+            held: None,
+            cut: 0,
+        }
+    }
+
+    /// From now on, what is emitted is held until [`Out::flush`], and a flush blocked on an
+    /// output that takes nothing (a reader that does not read) gives up once `stop` is set,
+    /// with a [`Stopped`] error: a stop signal always ends a hand-over.
+    pub(crate) fn stop_when(&mut self, stop: Arc<AtomicBool>) {
+        self.held = Some(Held {
+            lines: Vec::new(),
+            stop,
+        });
+    }
+
+    /// Where lines go: held for the next flush, or stdout.
+    fn sink(&mut self) -> &mut dyn Write {
+        match &mut self.held {
+            Some(h) => &mut h.lines,
+            None => &mut self.stdout,
         }
     }
 
@@ -26,11 +84,13 @@ impl Out {
     /// Writes `value` as one JSON line (in JSON mode) or `human` (otherwise), its control
     /// characters escaped ([`escape`]).
     pub(crate) fn emit(&mut self, value: &Value, human: impl FnOnce() -> String) -> io::Result<()> {
-        if self.json {
-            serde_json::to_writer(&mut self.stdout, value)?;
-            writeln!(self.stdout)
+        let json = self.json;
+        let sink = self.sink();
+        if json {
+            serde_json::to_writer(&mut *sink, value)?;
+            writeln!(sink)
         } else {
-            writeln!(self.stdout, "{}", escape(&human()))
+            writeln!(sink, "{}", escape(&human()))
         }
     }
 
@@ -44,8 +104,9 @@ impl Out {
         if self.json {
             return self.emit(value, String::new);
         }
+        let sink = self.sink();
         for line in human() {
-            writeln!(self.stdout, "{}", escape(&line))?;
+            writeln!(sink, "{}", escape(&line))?;
         }
         Ok(())
     }
@@ -57,17 +118,84 @@ impl Out {
 
     /// Writes `bytes` as they are.
     pub(crate) fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.stdout.write_all(bytes)
+        self.sink().write_all(bytes)
     }
 
     /// Writes a human line, its control characters escaped ([`escape`]).
     pub(crate) fn line(&mut self, s: &str) -> io::Result<()> {
-        writeln!(self.stdout, "{}", escape(s))
+        writeln!(self.sink(), "{}", escape(s))
     }
 
+    /// Writes out what is held (or buffered). A flush interrupted by the stop flag fails
+    /// with a [`Stopped`] error ([`io::ErrorKind::Interrupted`]); what it held is dropped
+    /// however it fails, and [`Out::cut`] says how much of it went out first.
     pub(crate) fn flush(&mut self) -> io::Result<()> {
-        self.stdout.flush()
+        self.cut = 0;
+        self.stdout.flush()?;
+        let Some(held) = &mut self.held else {
+            return Ok(());
+        };
+        let lines = std::mem::take(&mut held.lines);
+        write_until_stopped(&self.stdout, &lines, &held.stop).map_err(|(written, e)| {
+            self.cut = written;
+            e
+        })
     }
+
+    /// How many bytes of the last flush went out before it failed (0 after a flush that
+    /// succeeded, or failed before writing anything: then nobody can have read any of it).
+    pub(crate) fn cut(&self) -> usize {
+        self.cut
+    }
+}
+
+/// Writes `bytes` to `out`, waiting for it to take them (`poll`) in slices of [`STOP_LOOK`]:
+/// once `stop` is set, an output that takes nothing within a slice, or that is still taking
+/// bytes [`STOP_GRACE`] later, ends the write with a [`Stopped`] error. `write(2)` itself is
+/// never left blocked on a full pipe: a chunk is written only once the output polls writable.
+/// A failure comes with how many bytes went out before it.
+fn write_until_stopped(
+    out: impl AsFd,
+    bytes: &[u8],
+    stop: &AtomicBool,
+) -> Result<(), (usize, io::Error)> {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    use rustix::io::Errno;
+    let fd = out.as_fd();
+    let look = Timespec {
+        tv_sec: 0,
+        tv_nsec: i64::from(STOP_LOOK.subsec_nanos()),
+    };
+    let stopped = || io::Error::new(io::ErrorKind::Interrupted, Stopped);
+    let mut written = 0;
+    let mut stopped_at: Option<Instant> = None;
+    while written < bytes.len() {
+        if stop.load(Ordering::SeqCst)
+            && stopped_at.get_or_insert_with(Instant::now).elapsed() >= STOP_GRACE
+        {
+            return Err((written, stopped()));
+        }
+        let mut fds = [PollFd::new(&fd, PollFlags::OUT)];
+        match poll(&mut fds, Some(&look)) {
+            // Nothing taken in a slice: a stop ends it now.
+            Ok(0) | Err(Errno::INTR) => {
+                if stop.load(Ordering::SeqCst) {
+                    return Err((written, stopped()));
+                }
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => return Err((written, e.into())),
+        }
+        // Writable, or an error (a reader gone): the write says which.
+        let end = bytes.len().min(written + CHUNK);
+        match rustix::io::write(fd, &bytes[written..end]) {
+            Ok(n) => written += n,
+            Err(Errno::INTR | Errno::AGAIN) => {}
+            Err(e) => return Err((written, e.into())),
+        }
+    }
+    Ok(())
 }
 
 /// `s` with every control character but a tab escaped (`\n`, `\r`, `\u{1b}`): text from
@@ -169,4 +297,24 @@ pub(crate) fn age(ns_since_epoch: i128) -> String {
         s if s < 172_800 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86_400),
     }
+}
+
+/// Why stdout reaches nobody, when it does not: closed (the runtime reopens a closed stdout
+/// on `/dev/null` before `main`, so it reads as `/dev/null` then) or `/dev/null` itself.
+/// `None` for anything else: a terminal, a file, a pipe or a socket (a reader that has gone
+/// shows when the hand-over's write fails).
+pub(crate) fn reaches_nobody() -> Option<&'static str> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = match io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata())
+    {
+        Ok(m) => m,
+        Err(_) => return Some("stdout is closed"),
+    };
+    let null = std::fs::metadata("/dev/null").ok()?;
+    (meta.file_type().is_char_device() && meta.rdev() == null.rdev())
+        .then_some("stdout is /dev/null (or was closed)")
 }

@@ -351,7 +351,16 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
     if !carries(args.runtime, event) {
         return Ok(ExitCode::SUCCESS);
     }
-    let agent = super::mailbox::agent_name(&args.agent)?;
+    let agent = match super::mailbox::agent_name(&args.agent) {
+        Ok(a) => a,
+        Err(e) => return quiet_fail(format!("{e}")),
+    };
+    // An answer nobody reads hands nothing over: claim nothing.
+    if let Some(why) = crate::output::reaches_nobody() {
+        return quiet_fail(format!(
+            "{why}: no answer can be read, so nothing was taken"
+        ));
+    }
     let mut cp = match Checkpoint::with_options(&super::options(), root, &agent) {
         Ok(cp) => cp,
         Err(e) => return quiet_fail(format!("{e}")),

@@ -138,8 +138,19 @@ fn settings_file(runtime: Runtime, place: &HooksPlace) -> anyhow::Result<PathBuf
     })
 }
 
-/// The command a hook entry runs: this executable by its absolute path (a hook's PATH may
-/// not have it), the mailbox root made absolute, shell-quoted.
+/// What a hook entry's command runs first: a POSIX shell that runs sigbox (`$0`, with the
+/// arguments after it) when the program is there, and otherwise reads the event, says on
+/// stderr that the hook was skipped and exits 0: a program moved or removed since the
+/// install never makes the runtime refuse the agent's work (Copilot denies every tool call
+/// whose `preToolUse` hook exits non-zero; Claude Code blocks on exit 2). The script is in
+/// single quotes without a quote, a backslash or a `$` outside them, so it reads the same
+/// under bash, zsh, fish and sh (Codex runs a hook with `$SHELL -lc`).
+const FALLBACK: &str = "/bin/sh -c 'if [ -f \"$0\" ] && [ -x \"$0\" ]; then exec \"$0\" \"$@\"; fi; \
+     cat >/dev/null; echo \"sigbox hook: $0 is missing: skipped, the agent goes on unsteered \
+     (run sigbox hooks install again)\" >&2'";
+
+/// The command a hook entry runs: [`FALLBACK`], then this executable by its absolute path (a
+/// hook's PATH may not have it), the mailbox root made absolute, shell-quoted.
 fn command_line(
     root: &Path,
     runtime: Runtime,
@@ -158,6 +169,7 @@ fn command_line(
         );
     };
     let mut words = vec![
+        FALLBACK.into(),
         quote(exe),
         "--root".into(),
         quote(root_s),
@@ -201,10 +213,15 @@ fn quote(s: &str) -> String {
 }
 
 /// True when a hook's command is the one `hooks install` writes for this runtime and this
-/// mailbox: the program named exactly `sigbox`, then `--root ROOT hook RUNTIME --as`, `ROOT`
-/// as `root` quotes it. Anything else (a `sigbox-audit` of the user's own, a wrapper, the
-/// hooks of another mailbox) is someone else's and kept.
+/// mailbox: [`FALLBACK`] (absent in what earlier versions wrote), then the program named
+/// exactly `sigbox`, then `--root ROOT hook RUNTIME --as`, `ROOT` as `root` quotes it.
+/// Anything else (a `sigbox-audit` of the user's own, a wrapper, the hooks of another
+/// mailbox) is someone else's and kept.
 fn is_ours(runtime: Runtime, root: &str, command: &str) -> bool {
+    let command = command
+        .strip_prefix(FALLBACK)
+        .and_then(|c| c.strip_prefix(' '))
+        .unwrap_or(command);
     let Some(rest) = command.split_once(" --root ") else {
         return false;
     };

@@ -90,11 +90,16 @@ pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result
 }
 
 pub(crate) fn poll(root: &Path, args: &AgentArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    refuse_unread_output(args)?;
     let mut cp = checkpoint(root, args)?;
     let interrupts = Interrupts::install()?;
+    out.stop_when(Arc::clone(&interrupts.stop));
     let control = interrupts.control(args.max);
-    cp.poll_with(&control, &mut |group| print_signals(out, group))?;
+    let polled = cp.poll_with(&control, &mut |group| interrupts.hand_over(out, group));
+    // A stop signal that interrupted the hand-over ends the process by that signal, the
+    // group it could not write put back.
     interrupts.finish(out)?;
+    polled?;
     tell(&cp.take_notes());
     if let Some(e) = cp.take_error() {
         return Err(e.into());
@@ -155,6 +160,22 @@ fn checkpoint(root: &Path, args: &AgentArgs) -> anyhow::Result<Checkpoint> {
     Ok(cp)
 }
 
+/// Refuses, before anything is claimed, a `poll` or `wait` whose stdout reaches nobody: what
+/// it printed would be acknowledged with no consumer (spec/cli.md, "Output nobody reads").
+fn refuse_unread_output(args: &AgentArgs) -> anyhow::Result<()> {
+    if args.discard {
+        return Ok(());
+    }
+    if let Some(why) = crate::output::reaches_nobody() {
+        anyhow::bail!(
+            "{why}: the signals would be acknowledged with nobody to read them, so none was \
+             taken; `sigbox ls` lists them without taking them, and --discard takes them \
+             unread on purpose"
+        );
+    }
+    Ok(())
+}
+
 /// Prints a group of delivered signals and flushes them: the hand-over of a pass.
 fn print_signals(out: &mut Out, signals: &[sigbox::Signal]) -> std::io::Result<()> {
     for s in signals {
@@ -164,16 +185,19 @@ fn print_signals(out: &mut Out, signals: &[sigbox::Signal]) -> std::io::Result<(
 }
 
 pub(crate) fn wait(root: &Path, args: WaitArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    refuse_unread_output(&args.agent)?;
     let mut cp = checkpoint(root, &args.agent)?;
     if let Some(p) = args.poll_interval {
         cp.wait_mode(WaitMode::Poll(p));
     }
     let interrupts = Interrupts::install()?;
+    out.stop_when(Arc::clone(&interrupts.stop));
     let control = interrupts.control(args.agent.max);
-    let delivered = cp.wait_with(args.timeout, &control, &mut |group| {
-        print_signals(out, group)
-    })?;
+    let waited = cp.wait_with(args.timeout, &control, &mut |group| {
+        interrupts.hand_over(out, group)
+    });
     interrupts.finish(out)?;
+    let delivered = waited?;
     tell(&cp.take_notes());
     if let Some(e) = cp.take_error() {
         return Err(e.into());
@@ -209,10 +233,11 @@ impl Interrupts {
         };
         for sig in Self::SIGNALS {
             // The default action first: while idle, it ends the process before the flags
-            // matter.
+            // matter. Then which signal, then the stop flag: whoever sees the flag set finds
+            // the signal named (the actions run in this order).
             flag::register_conditional_default(sig, Arc::clone(&me.idle))
-                .and_then(|_| flag::register(sig, Arc::clone(&me.stop)))
                 .and_then(|_| flag::register_usize(sig, Arc::clone(&me.which), sig as usize))
+                .and_then(|_| flag::register(sig, Arc::clone(&me.stop)))
                 .with_context(|| format!("cannot install a handler for signal {sig}"))?;
         }
         Ok(me)
@@ -227,11 +252,44 @@ impl Interrupts {
         c
     }
 
+    /// Prints a group ([`print_signals`]). A write that fails (a stop signal, a reader gone,
+    /// a full disk) after part of the group went out ends the process here and now: someone
+    /// may have read that part, so the claims stay in flight, never acknowledged, and the
+    /// agent's next checkpoint delivers the group again, marked as redeliveries. The process
+    /// ends by the stop signal if one came; else as a closed output ends it (exit 0), or
+    /// with the error (exit 2). Failed before any byte went out, the group is refused, and
+    /// the pass puts it back as it was.
+    fn hand_over(&self, out: &mut Out, group: &[sigbox::Signal]) -> std::io::Result<()> {
+        let Err(e) = print_signals(out, group) else {
+            return Ok(());
+        };
+        if out.cut() == 0 {
+            return Err(e);
+        }
+        let sig = self.which.load(Ordering::SeqCst);
+        if sig != 0 {
+            let _ = low_level::emulate_default_handler(sig as i32);
+        }
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        warn_line(
+            &json!({"error": format!("cannot hand the claimed signals over: {e}"), "path": null, "exit": 2}),
+            &format!(
+                "cannot hand the claimed signals over: {e}; part of the group was written, so \
+                 it stays in flight: the next checkpoint delivers it again, marked"
+            ),
+        );
+        std::process::exit(2);
+    }
+
     /// After the last hand-over: ends the process by the signal that stopped it, if any.
     fn finish(&self, out: &mut Out) -> anyhow::Result<()> {
         let sig = self.which.load(Ordering::SeqCst);
         if sig != 0 {
-            out.flush()?;
+            // Whatever the flush says (a group it cannot write is put back), the signal ends
+            // the process.
+            let _ = out.flush();
             low_level::emulate_default_handler(sig as i32)
                 .with_context(|| format!("cannot end the process by signal {sig}"))?;
         }
