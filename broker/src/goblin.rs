@@ -379,11 +379,16 @@ impl Goblin {
         }
         for sub in [CONSUMED_DIR, STALE_DIR] {
             let d = self.dir.join(sub);
+            let before = removed.len();
             for e in self.io.list(&d, true)? {
                 let p = d.join(&e.name);
                 if self.io.remove(&p)? {
                     removed.push(p);
                 }
+            }
+            // Durable before their inodes are used again (spec/mailbox.md §9.1).
+            if removed.len() > before {
+                self.io.sync_dir(&d)?;
             }
         }
         for e in self.io.list(&self.dir, false)? {
