@@ -73,15 +73,15 @@ pub(crate) fn write_atomic(
     Ok(Placed::Done)
 }
 
-/// Removes a stage [`write_atomic`] wrote and will not rename into place, durably. Its fsync
-/// may have made its name durable (ext4 without a journal writes a new file's entry with it),
-/// so its removal must be durable too before its inode can be used again: else a power loss
-/// brings the name back pointing at an inode that is free, or that is another file's now (a
-/// second link to a signal, or a directory, which stops a boot-time `fsck -p`).
+/// Removes a stage [`write_atomic`] wrote and will not rename into place, durably
+/// ([`Io::remove_owned`]). Its fsync may have made its name durable (ext4 without a journal
+/// writes a new file's entry with it), so its removal must be durable too before its inode can
+/// be used again: else a power loss brings the name back pointing at an inode that is free, or
+/// that is another file's now (a second link to a signal, or a directory, which stops a
+/// boot-time `fsck -p`); and its content is gone first, so that its inode, should the power
+/// fail before the inode is written free, is an empty one the check clears by itself.
 pub(crate) fn remove_stage(io: &Io, stage: &Path) -> Result<()> {
-    if io.remove(stage)? {
-        io.sync_dir(parent(stage)?)?;
-    }
+    io.remove_owned(stage)?;
     Ok(())
 }
 

@@ -373,7 +373,7 @@ impl Goblin {
         let mut removed = Vec::new();
         for signal in GoblinSignal::ALL {
             let p = self.dir.join(signal.name());
-            if self.io.remove(&p)? {
+            if self.io.remove_emptied(&p)? {
                 removed.push(p);
             }
         }
@@ -382,7 +382,7 @@ impl Goblin {
             let before = removed.len();
             for e in self.io.list(&d, true)? {
                 let p = d.join(&e.name);
-                if self.io.remove(&p)? {
+                if self.io.remove_emptied(&p)? {
                     removed.push(p);
                 }
             }
@@ -395,13 +395,13 @@ impl Goblin {
             let n = e.name.to_string_lossy();
             if n.starts_with('.') && n.contains(".tmp.") || n == STATE_FILE {
                 let p = self.dir.join(&e.name);
-                if self.io.remove(&p)? {
+                if self.io.remove_emptied(&p)? {
                     removed.push(p);
                 }
             }
         }
         let p = self.dir.join(WATCH_LOCK);
-        if self.io.remove(&p)? {
+        if self.io.remove_emptied(&p)? {
             removed.push(p);
         }
         drop(lock);

@@ -184,6 +184,12 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, tally: &mut Tally) {
         );
         let out = run("e2fsck", &["-p", crash.to_str().unwrap()]);
         let code = out.status.code().unwrap_or(8);
+        if code > 1 {
+            // With what was sent and printed before the loss, for the post-mortem.
+            for (log, ext) in [(&sent_log, "sent"), (&got_log, "got")] {
+                let _ = std::fs::copy(log, kept.with_extension(ext));
+            }
+        }
         let said = String::from_utf8_lossy(&out.stdout).to_string()
             + &String::from_utf8_lossy(&out.stderr);
         // Claims by link on a filesystem without a journal (mailbox.md §9.10) leave no

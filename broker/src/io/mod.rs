@@ -924,6 +924,57 @@ impl Io {
         }
     }
 
+    /// Removes a file sigbox owns (a stage, a marker, an ack, a copy) whose name and content
+    /// may be durable, and makes its removal durable: when it has one link and content, it is
+    /// first emptied and synced (`ftruncate` to 0, `fsync`), then unlinked, then its directory
+    /// is synced. On ext4 without a journal a directory's fsync does not write the freed
+    /// inode: a power loss can leave the inode in use with no name, which a boot-time
+    /// `fsck -p` clears by itself only when it is empty ("unattached zero-length inode"); one
+    /// with content stops the boot. `false` when the file was already gone.
+    pub(crate) fn remove_owned(&self, path: &Path) -> Result<bool> {
+        let removed = self.remove_emptied(path)?;
+        if removed && let Some(dir) = path.parent() {
+            self.sync_dir(dir)?;
+        }
+        Ok(removed)
+    }
+
+    /// [`Io::remove_owned`] without the fsync of the directory, for a caller that removes
+    /// several files of one directory and syncs it once after.
+    pub(crate) fn remove_emptied(&self, path: &Path) -> Result<bool> {
+        self.check_poison(path)?;
+        if self.durability == Durability::Durable {
+            let (dir, name) = match self.place(path) {
+                Ok(p) => p,
+                Err(e)
+                    if e.io_error()
+                        .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+                {
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            };
+            match sys::open_untrusted_at(&dir, name, rustix::fs::OFlags::WRONLY) {
+                Ok(file) => {
+                    let meta = file
+                        .metadata()
+                        .map_err(|e| Error::io(path, "cannot stat", e))?;
+                    // A second link keeps the inode (and its content) alive: only the name goes.
+                    if std::os::unix::fs::MetadataExt::nlink(&meta) == 1 && meta.len() > 0 {
+                        self.effect(FsOp::ReplaceTail(path, 0, &[]), || file.set_len(0))
+                            .map_err(|e| Error::io(path, "cannot empty", e))?;
+                        self.sync_file(&file, path)?;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+                Err(e) if sys::is_transient(&e) => return Err(Error::io(path, "cannot open", e)),
+                // Not a regular file, or not ours to open: removed as it is.
+                Err(_) => {}
+            }
+        }
+        self.remove(path)
+    }
+
     /// Lists a directory. A missing directory lists as empty when `missing_ok`.
     pub(crate) fn list(&self, dir: &Path, missing_ok: bool) -> Result<Vec<Entry>> {
         let mut out = Vec::new();

@@ -354,9 +354,9 @@ impl Mailbox {
                     back == crate::io::Renamed::Done
                 }
                 Undo::Ack { ack, marker } => {
-                    let removed = self.io.remove(ack)?;
+                    let removed = self.io.remove_emptied(ack)?;
                     note(&mut dirs, ack);
-                    self.io.remove(marker)?;
+                    self.io.remove_emptied(marker)?;
                     note(&mut slots, marker);
                     removed
                 }

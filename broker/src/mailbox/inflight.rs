@@ -290,9 +290,7 @@ impl Mailbox {
             if self.same_signal(&path, &twin)? {
                 // A copy: its inode is freed, so its removal is made durable before the inode
                 // can be used again (spec/mailbox.md §9.1).
-                if self.io.remove(&path)? {
-                    self.io.sync_dir(dir)?;
-                }
+                self.io.remove_owned(&path)?;
                 return Ok(true);
             }
         }
@@ -438,11 +436,7 @@ impl Mailbox {
     /// Removes a marker durably: were it to come back after a power loss, its broadcast
     /// would be delivered again.
     pub(super) fn drop_marker(&self, marker: &Path) -> Result<()> {
-        if self.io.remove(marker)?
-            && let Some(dir) = marker.parent()
-        {
-            self.io.sync_dir(dir)?;
-        }
+        self.io.remove_owned(marker)?;
         Ok(())
     }
 
@@ -465,7 +459,7 @@ impl Mailbox {
                     moved = true;
                 }
                 Held::Marker(path) => {
-                    self.io.remove(path)?;
+                    self.io.remove_emptied(path)?;
                     if let Some(d) = path.parent()
                         && !slots.iter().any(|s| s == d)
                     {

@@ -374,7 +374,7 @@ impl Mailbox {
                     && if twin {
                         self.io.remove_second_link(&p)?
                     } else {
-                        self.io.remove(&p)?
+                        self.io.remove_emptied(&p)?
                     }
                 {
                     here += 1;

@@ -100,9 +100,7 @@ impl Mailbox {
                 atomic::write_atomic(&self.io, &stage, &path, &bytes, Clobber::Yes)?;
             }
             None => {
-                if self.io.remove(&path)? {
-                    self.io.sync_dir(&self.layout.agents)?;
-                }
+                self.io.remove_owned(&path)?;
             }
         }
         Ok(())

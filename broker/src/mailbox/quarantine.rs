@@ -159,8 +159,8 @@ impl Mailbox {
                 .io
                 .stamp(&path)?
                 .is_some_and(|st| now - st.changed_ns() >= age.as_nanos() as i128);
-            if old && self.io.remove(&path)? {
-                self.io.remove(&Layout::reason_path(&path))?;
+            if old && self.io.remove_emptied(&path)? {
+                self.io.remove_emptied(&Layout::reason_path(&path))?;
                 removed += 1;
             }
         }
