@@ -269,6 +269,46 @@ impl Hosts {
         e.operation == kv::Operation::Put && v["running"] == true && fresh
     }
 
+    /// Reads every `agent.<agent>` record now: what the watch says comes later, and a bridge
+    /// that starts must not take for its own an agent another host took meanwhile.
+    pub(crate) async fn load_owners(&self) -> Result<()> {
+        let mut keys = self
+            .kv
+            .keys()
+            .await
+            .map_err(|e| anyhow!("listing agent.*: {e}"))?;
+        let mut agents = Vec::new();
+        while let Some(k) = keys.next().await {
+            let k = k.map_err(|e| anyhow!("listing agent.*: {e}"))?;
+            if let Some(agent) = k.strip_prefix("agent.") {
+                agents.push(agent.to_string());
+            }
+        }
+        for agent in agents {
+            let key = agent_key(&agent);
+            if let Some(e) = self
+                .kv
+                .entry(&key)
+                .await
+                .map_err(|e| anyhow!("{key}: {e}"))?
+                && e.operation == kv::Operation::Put
+            {
+                let v: Value = serde_json::from_slice(&e.value).unwrap_or(Value::Null);
+                if let Some(h) = v["host"].as_str() {
+                    self.learn(
+                        &agent,
+                        Owner {
+                            host: h.to_string(),
+                            revision: e.revision,
+                            from: v["from"].as_str().map(str::to_string),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Follows every `agent.<agent>` entry (with history first) until it fails. What the
     /// history says replaces what was known once it is read in whole (a server that lost the
     /// bucket numbers its records anew).

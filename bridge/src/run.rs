@@ -134,6 +134,8 @@ struct Bridge {
     handed_over: Mutex<HashMap<String, u64>>,
     /// The agents whose signals are held back from them here (`bridge/hold/<agent>`).
     held: Mutex<HashSet<String>>,
+    /// The agents this host took whose hand-off is not over (what `status` shows).
+    arriving: Mutex<Vec<String>>,
 }
 
 /// Runs the bridge until SIGINT or SIGTERM.
@@ -206,6 +208,7 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         imported_seq: Mutex::default(),
         handed_over: Mutex::default(),
         held: Mutex::new(held),
+        arriving: Mutex::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -270,7 +273,16 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
         });
     }
     // Nothing is exported before it is known which agents are here: a bridge that starts (or
-    // restarts) must not send this host's signals away.
+    // restarts) must not send this host's signals away, nor take another host's agents.
+    loop {
+        match hosts.load_owners().await {
+            Ok(()) => break,
+            Err(e) => b.counts.error("agents' hosts", &format!("{e:#}")),
+        }
+        if wait_or_stop(RETRY).await {
+            return Ok(());
+        }
+    }
     loop {
         // What it records meanwhile is looked at again by the presence loop: an agent held
         // back here and now this host's arrives there.
@@ -628,9 +640,9 @@ struct Presence {
     claims: Vec<(String, crate::hosts::Owner)>,
 }
 
-/// Which agents are this host's (spec/bridge.md §1): present here now, or seen here within
-/// `--linger` and last seen on this host (the hosts bucket's `agent.<agent>`, in the server's
-/// order); and those present now. Records in the bucket each agent whose presence was taken
+/// Which agents are this host's (spec/bridge.md §1): present here now or seen here within
+/// `--linger`, and recorded on no other host since (the hosts bucket's `agent.<agent>`, in
+/// the server's order); and those present now. Records in the bucket each agent whose presence was taken
 /// here since the last look. `None` when presence cannot be read.
 async fn look_at_presence(b: &Arc<Bridge>, hosts: &Hosts) -> Option<Presence> {
     let mb = b.mb.clone();
@@ -665,9 +677,12 @@ async fn look_at_presence(b: &Arc<Bridge>, hosts: &Hosts) -> Option<Presence> {
             }
         }
     }
+    // Present or lingering, and recorded on no other host: an agent present here too but
+    // recorded elsewhere since it was last taken here takes its signals there (its signals
+    // here are sent on to it).
     let here = seen
         .iter()
-        .filter(|(a, now, _)| *now || hosts.owner(a).is_none_or(|h| h == b.host))
+        .filter(|(a, _, _)| hosts.owner(a).is_none_or(|h| h == b.host))
         .map(|(a, _, _)| a.clone())
         .collect();
     let present = seen
@@ -845,6 +860,9 @@ async fn presence_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
                     .error(&format!("cannot release {agent}'s signals"), &e),
             }
         }
+        let mut waiting: Vec<String> = arrivals.keys().cloned().collect();
+        waiting.sort();
+        *lock(&b.arriving) = waiting;
         *lock(&b.counts.present) = present;
         tokio::time::sleep(PRESENCE_EVERY).await;
     }
@@ -1336,6 +1354,7 @@ fn state_of(b: &Bridge, running: bool) -> Value {
         "updated_at": chrono::Utc::now().to_rfc3339(),
         "present": *lock(&c.present),
         "here": here,
+        "arriving": *lock(&b.arriving),
         "last_error": *lock(&c.last_error),
         "outbox": outbox,
         "sent": sent,

@@ -845,4 +845,8 @@ fn an_agent_that_moves_host_gets_what_it_had_not_taken_first_in_the_order_sent()
             show()
         );
     }
+    // Each time, h2 waited for h1's hand-off: it never gave up on it.
+    let log = hosts[2].log();
+    assert_eq!(log.matches("hand-off over").count(), 4, "{log}");
+    assert!(!log.contains("delivering to it here"), "{log}");
 }

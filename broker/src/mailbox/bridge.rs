@@ -132,6 +132,7 @@ impl Mailbox {
             &self.layout.outbox,
             &self.layout.sent,
             &self.layout.broadcasts,
+            &self.layout.hold,
         ] {
             if let Some(st) = self.io.stamp(dir)?
                 && st.kind != crate::sys::EntryKind::Dir
