@@ -35,7 +35,8 @@ pub(crate) struct Owner {
     pub(crate) host: String,
     /// The revision of the record, in the server's order.
     pub(crate) revision: u64,
-    /// The host it belonged to before this record (none: nowhere), which hands it over.
+    /// The host it came from when it last changed hosts (none: from nowhere), which hands
+    /// it over; a host that records an agent of its own again keeps it.
     pub(crate) from: Option<String>,
 }
 
@@ -167,16 +168,19 @@ impl Hosts {
     }
 
     /// Records that `agent` took its presence on this host now, over the record it replaces
-    /// (compare and set, so that the host it is taken from is known exactly): the record.
-    pub(crate) async fn claim_agent(&self, agent: &str) -> Result<Owner> {
+    /// (compare and set, so that the host it is taken from is known exactly): the record, and
+    /// whether it was another host's (or nobody's) until now.
+    pub(crate) async fn claim_agent(&self, agent: &str) -> Result<(Owner, bool)> {
         let key = agent_key(agent);
         let mut known = lock(&self.owners).get(agent).cloned();
         for _ in 0..8 {
-            // A deleted record counts as none.
-            let from = known
-                .as_ref()
-                .map(|o| o.host.clone())
-                .filter(|h| !h.is_empty());
+            // A deleted record counts as none; one of this host keeps where it came from.
+            let taken = known.as_ref().is_none_or(|o| o.host != self.host);
+            let from = match &known {
+                Some(o) if o.host == self.host => o.from.clone(),
+                Some(o) => Some(o.host.clone()).filter(|h| !h.is_empty()),
+                None => None,
+            };
             let v = json!({"host": self.host, "from": from, "at": chrono::Utc::now().to_rfc3339()});
             let bytes = serde_json::to_vec(&v)?;
             let written = match &known {
@@ -199,7 +203,7 @@ impl Hosts {
                         from,
                     };
                     self.learn(agent, mine.clone());
-                    return Ok(mine);
+                    return Ok((mine, taken));
                 }
                 // Another host recorded it meanwhile (or the server lost the bucket): over the
                 // record as it is now.

@@ -105,8 +105,12 @@ struct Bridge {
     /// The agents whose signals are for this host (present now, or lingering and present on
     /// no other host): the exporter leaves their signals here.
     here: Mutex<HashSet<String>>,
-    /// Each agent's lock-file mtime when this bridge last recorded it as this host's.
+    /// Each agent's lock-file mtime when this bridge (or the last on this root) last recorded
+    /// it as this host's.
     claimed: Mutex<HashMap<String, i128>>,
+    /// When this bridge started, in nanoseconds since the Unix epoch (this host's clock, as
+    /// lock-file mtimes are).
+    started_ns: i128,
     /// The connection, once made: whether it is up now is in the state.
     client: std::sync::OnceLock<async_nats::Client>,
     /// How the streams are made when missing (again after a server lost them).
@@ -167,8 +171,11 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     let _holds = mb.bridge_hold_lock()?;
     let held: HashSet<String> = mb.bridge_held()?.into_iter().map(|(a, _)| a).collect();
     let counts = Counters::default();
+    let mut claimed: HashMap<String, i128> = HashMap::new();
     // Counts run on from where the last bridge on this root left them (its last state, at
-    // most a second old when it was killed).
+    // most a second old when it was killed), and so does what it recorded of each agent's
+    // presence here: an agent that lingers here and was taken elsewhere since is not taken
+    // back by a bridge that starts again.
     if let Some(last) = mb
         .bridge_state()
         .ok()
@@ -177,6 +184,13 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     {
         for (key, counter) in counts.cumulative() {
             counter.store(last[key].as_u64().unwrap_or(0), Ordering::Relaxed);
+        }
+        if let Some(m) = last["claimed"].as_object() {
+            for (agent, t) in m {
+                if let Some(t) = t.as_i64() {
+                    claimed.insert(agent.clone(), i128::from(t));
+                }
+            }
         }
     }
     let bridge = Arc::new(Bridge {
@@ -188,7 +202,10 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         linger: cli.linger,
         counts,
         here: Mutex::default(),
-        claimed: Mutex::default(),
+        claimed: Mutex::new(claimed),
+        started_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128),
         client: std::sync::OnceLock::new(),
         setup: Setup {
             replicas: cli.replicas,
@@ -633,7 +650,7 @@ fn rehold(b: &Bridge, agent: &str, note: &Value) {
 }
 
 /// What [`look_at_presence`] found: the agents of this host, those present now, and the
-/// records this look wrote (agents whose presence was taken here since the last look).
+/// records this look wrote of agents that were another host's (or nobody's) until then.
 struct Presence {
     here: HashSet<String>,
     present: Vec<String>,
@@ -659,17 +676,24 @@ async fn look_at_presence(b: &Arc<Bridge>, hosts: &Hosts) -> Option<Presence> {
         }
     };
     let mut claims = Vec::new();
+    let mut wrote = false;
     for (agent, now, mtime) in &seen {
         let last = lock(&b.claimed).get(agent).copied();
-        let fresh = last.is_none_or(|t| *mtime > t);
+        // Taken here since this host last recorded it; one it never recorded, when present
+        // now or taken since this bridge started (one that only lingers from before may have
+        // been taken elsewhere since).
+        let fresh = last.map_or(*now || *mtime >= b.started_ns, |t| *mtime > t);
         let lost = *now && hosts.owner(agent).as_deref() != Some(b.host.as_str());
         // Taken here since the last look (a poll, a wait, a hook), or present here and
         // recorded elsewhere without having been taken here since.
         if fresh || (lost && last.is_none()) {
             match hosts.claim_agent(agent).await {
-                Ok(record) => {
+                Ok((record, taken)) => {
                     lock(&b.claimed).insert(agent.clone(), *mtime);
-                    claims.push((agent.clone(), record));
+                    if taken {
+                        claims.push((agent.clone(), record));
+                    }
+                    wrote = true;
                 }
                 Err(e) => b
                     .counts
@@ -690,6 +714,10 @@ async fn look_at_presence(b: &Arc<Bridge>, hosts: &Hosts) -> Option<Presence> {
         .filter(|(_, now, _)| *now)
         .map(|(a, _, _)| a.clone())
         .collect();
+    if wrote {
+        // What was recorded survives a restart (see `run`).
+        write_state(b, true);
+    }
     Some(Presence {
         here,
         present,
@@ -729,7 +757,7 @@ async fn presence_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
     // Importers told to stop, until they have.
     let mut stopping: HashMap<String, JoinHandle<()>> = HashMap::new();
     let mut arrivals: HashMap<String, Arrival> = HashMap::new();
-    // The record each agent was last handed over at, from here.
+    // The record each agent that left was handed over at, from here.
     let mut handed: HashMap<String, u64> = HashMap::new();
     // The agents this host's at the last look.
     let mut mine_before: HashSet<String> = HashSet::new();
@@ -762,10 +790,9 @@ async fn presence_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
         let owners = hosts.owners();
         // Taken from another host, or from nowhere: held back until the hand-off is over.
         for (agent, record) in claims {
-            if record.from.as_deref() == Some(b.host.as_str()) || arrivals.contains_key(&agent) {
-                continue;
+            if !arrivals.contains_key(&agent) {
+                arrive(&b, &mut arrivals, &agent, &record, round);
             }
-            arrive(&b, &mut arrivals, &agent, &record, round);
         }
         for (agent, o) in &owners {
             if o.host != b.host {
@@ -814,12 +841,18 @@ async fn presence_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
         }
         // Taken from this host: hand over what is here for it.
         for (agent, o) in &owners {
-            if o.host == b.host || here.contains(agent) {
+            if o.host == b.host {
+                handed.remove(agent);
                 continue;
             }
-            let was_mine =
-                o.from.as_deref() == Some(b.host.as_str()) || mine_before.contains(agent);
-            if !was_mine || handed.get(agent).is_some_and(|r| *r >= o.revision) {
+            if here.contains(agent) {
+                continue;
+            }
+            // Seen leaving at the last look, or taken from here by a record this bridge did not
+            // see change hands (it was not running, or the record changed again since).
+            let was_mine = mine_before.contains(agent)
+                || (o.from.as_deref() == Some(b.host.as_str()) && !handed.contains_key(agent));
+            if !was_mine {
                 continue;
             }
             let importers: Vec<JoinHandle<()>> = consumers_of(&b, agent)
@@ -984,7 +1017,8 @@ async fn hand_off(
         let a = agent.clone();
         match tokio::task::spawn_blocking(move || mb.bridge_holding(&a)).await {
             Ok(Ok(false)) => break,
-            Ok(Ok(true)) => {}
+            // Still some (settling, or taken by another consumer first): the next round.
+            Ok(Ok(true)) => tokio::time::sleep(Duration::from_millis(20)).await,
             Ok(Err(e)) => {
                 b.counts.error(&format!("hand-off of {agent}"), &e);
                 tokio::time::sleep(RETRY).await;
@@ -1355,6 +1389,10 @@ fn state_of(b: &Bridge, running: bool) -> Value {
         "present": *lock(&c.present),
         "here": here,
         "arriving": *lock(&b.arriving),
+        "claimed": lock(&b.claimed)
+            .iter()
+            .map(|(a, t)| (a.clone(), json!(i64::try_from(*t).unwrap_or(i64::MAX))))
+            .collect::<serde_json::Map<String, Value>>(),
         "last_error": *lock(&c.last_error),
         "outbox": outbox,
         "sent": sent,
