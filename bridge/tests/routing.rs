@@ -208,7 +208,8 @@ fn a_dropped_yaml_file_crosses_hosts_as_it_was_written() {
 }
 
 /// Messages put on the stream by something other than a bridge: a path in the name, a name
-/// and a body that disagree, a body that is not a signal, no name at all. Each is refused
+/// and a body that disagree, a body that is not a signal, no name at all, a hand-off mark
+/// without a revision. Each is refused
 /// (never written, never redelivered), counted, and the next good one still arrives.
 #[test]
 fn hostile_messages_on_the_stream_are_refused_and_nothing_is_written() {
@@ -244,6 +245,15 @@ fn hostile_messages_on_the_stream_are_refused_and_nothing_is_written() {
     rt.block_on(async {
         let client = async_nats::connect(server.url()).await.unwrap();
         let js = async_nats::jetstream::new(client);
+        // A hand-off mark whose revision is not a number.
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Sigbox-Handoff", "soon");
+        h.insert("Sigbox-Host", "mallory");
+        js.publish_with_headers("sigbox.hostile.to.Planner", h, Default::default())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
         for (name, payload) in cases {
             let mut h = async_nats::HeaderMap::new();
             if let Some(n) = &name {
@@ -260,14 +270,14 @@ fn hostile_messages_on_the_stream_are_refused_and_nothing_is_written() {
     let got = take(&m1, "Planner", None, 1, Duration::from_secs(20));
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].id, good);
-    eventually("six refused", || h1.state()["refused"] == 6);
+    eventually("seven refused", || h1.state()["refused"] == 7);
     assert!(!Path::new("/tmp/escaped.json").exists());
     assert!(!dir.path().join(format!("{good}.json")).exists());
     let inputs: Vec<_> = std::fs::read_dir(h1.root.join("inputs")).unwrap().collect();
     assert!(inputs.is_empty(), "{inputs:?}");
     // Refused for good: none of them comes again.
     thread::sleep(Duration::from_millis(2500));
-    assert_eq!(h1.state()["refused"], 6);
+    assert_eq!(h1.state()["refused"], 7);
 }
 
 #[test]
