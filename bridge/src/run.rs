@@ -759,7 +759,7 @@ async fn presence_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
     let mut arrivals: HashMap<String, Arrival> = HashMap::new();
     // The record each agent that left was handed over at, from here.
     let mut handed: HashMap<String, u64> = HashMap::new();
-    // The agents this host's at the last look.
+    // The agents that were this host's at the last look.
     let mut mine_before: HashSet<String> = HashSet::new();
     loop {
         // On an error, what was known stays: an empty set would export every agent's signals.
