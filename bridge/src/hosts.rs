@@ -25,7 +25,19 @@ pub(crate) struct Hosts {
     /// The revision of this host's entry as this process last wrote it.
     revision: Mutex<u64>,
     /// Agent → the host it last took its presence on.
-    owners: Mutex<HashMap<String, String>>,
+    owners: Mutex<HashMap<String, Owner>>,
+}
+
+/// The host an agent last took its presence on (`agent.<agent>`), and from which host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Owner {
+    /// The host it belongs to.
+    pub(crate) host: String,
+    /// The revision of the record, in the server's order.
+    pub(crate) revision: u64,
+    /// The host it came from when it last changed hosts (none: from nowhere), which hands
+    /// it over; a host that records an agent of its own again keeps it.
+    pub(crate) from: Option<String>,
 }
 
 /// Another bridge wrote this host's entry: two bridges run under one host name.
@@ -155,45 +167,195 @@ impl Hosts {
         Ok(())
     }
 
-    /// Records that `agent` took its presence on this host now.
-    pub(crate) async fn claim_agent(&self, agent: &str) -> Result<()> {
-        let v = json!({"host": self.host, "at": chrono::Utc::now().to_rfc3339()});
-        self.kv
-            .put(agent_key(agent), serde_json::to_vec(&v)?.into())
-            .await
-            .map_err(|e| anyhow!("{}: {e}", agent_key(agent)))?;
-        lock(&self.owners).insert(agent.to_string(), self.host.clone());
-        Ok(())
+    /// Records that `agent` took its presence on this host now, over the record it replaces
+    /// (compare and set, so that the host it is taken from is known exactly): the record, and
+    /// whether it was another host's (or nobody's) until now.
+    pub(crate) async fn claim_agent(&self, agent: &str) -> Result<(Owner, bool)> {
+        let key = agent_key(agent);
+        let mut known = lock(&self.owners).get(agent).cloned();
+        for _ in 0..8 {
+            // A deleted record counts as none; one of this host keeps where it came from.
+            let taken = known.as_ref().is_none_or(|o| o.host != self.host);
+            let from = match &known {
+                Some(o) if o.host == self.host => o.from.clone(),
+                Some(o) => Some(o.host.clone()).filter(|h| !h.is_empty()),
+                None => None,
+            };
+            let v = json!({"host": self.host, "from": from, "at": chrono::Utc::now().to_rfc3339()});
+            let bytes = serde_json::to_vec(&v)?;
+            let written = match &known {
+                Some(o) => self
+                    .kv
+                    .update(&key, bytes.into(), o.revision)
+                    .await
+                    .map_err(|e| anyhow!("{key}: {e}")),
+                None => self
+                    .kv
+                    .create(&key, bytes.into())
+                    .await
+                    .map_err(|e| anyhow!("{key}: {e}")),
+            };
+            match written {
+                Ok(revision) => {
+                    let mine = Owner {
+                        host: self.host.clone(),
+                        revision,
+                        from,
+                    };
+                    self.learn(agent, mine.clone());
+                    return Ok((mine, taken));
+                }
+                // Another host recorded it meanwhile (or the server lost the bucket): over the
+                // record as it is now.
+                Err(written) => {
+                    known = match self.kv.entry(&key).await {
+                        Ok(Some(e)) if e.operation == kv::Operation::Put => {
+                            let v: Value = serde_json::from_slice(&e.value).unwrap_or(Value::Null);
+                            Some(Owner {
+                                host: v["host"].as_str().unwrap_or_default().to_string(),
+                                revision: e.revision,
+                                from: v["from"].as_str().map(str::to_string),
+                            })
+                        }
+                        // Deleted: replaced from nowhere.
+                        Ok(Some(e)) => Some(Owner {
+                            host: String::new(),
+                            revision: e.revision,
+                            from: None,
+                        }),
+                        Ok(None) => None,
+                        Err(_) => return Err(written),
+                    };
+                }
+            }
+        }
+        Err(anyhow!("{key}: changed by other hosts at every attempt"))
+    }
+
+    /// Takes `owner` as `agent`'s record, unless a later one is known.
+    fn learn(&self, agent: &str, owner: Owner) {
+        let mut owners = lock(&self.owners);
+        if owners
+            .get(agent)
+            .is_none_or(|o| o.revision < owner.revision)
+        {
+            owners.insert(agent.to_string(), owner);
+        }
     }
 
     /// The host `agent` last took its presence on, as far as this bridge has heard.
     pub(crate) fn owner(&self, agent: &str) -> Option<String> {
-        lock(&self.owners).get(agent).cloned()
+        lock(&self.owners).get(agent).map(|o| o.host.clone())
     }
 
-    /// Follows every `agent.<agent>` entry (with history first) until it fails.
+    /// Every agent's record, as far as this bridge has heard.
+    pub(crate) fn owners(&self) -> HashMap<String, Owner> {
+        lock(&self.owners).clone()
+    }
+
+    /// True when `host`'s bridge runs: its entry says running and was written within
+    /// `within` by this machine's clock. False when it cannot be read.
+    pub(crate) async fn running(&self, host: &str, within: Duration) -> bool {
+        let Ok(Some(e)) = self.kv.entry(host_key(host)).await else {
+            return false;
+        };
+        let v: Value = serde_json::from_slice(&e.value).unwrap_or(Value::Null);
+        let fresh = v["updated_at"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .is_some_and(|t| {
+                chrono::Utc::now()
+                    .signed_duration_since(t)
+                    .to_std()
+                    .unwrap_or_default()
+                    < within
+            });
+        e.operation == kv::Operation::Put && v["running"] == true && fresh
+    }
+
+    /// Reads every `agent.<agent>` record now: what the watch says comes later, and a bridge
+    /// that starts must not take for its own an agent another host took meanwhile.
+    pub(crate) async fn load_owners(&self) -> Result<()> {
+        let mut keys = self
+            .kv
+            .keys()
+            .await
+            .map_err(|e| anyhow!("listing agent.*: {e}"))?;
+        let mut agents = Vec::new();
+        while let Some(k) = keys.next().await {
+            let k = k.map_err(|e| anyhow!("listing agent.*: {e}"))?;
+            if let Some(agent) = k.strip_prefix("agent.") {
+                agents.push(agent.to_string());
+            }
+        }
+        for agent in agents {
+            let key = agent_key(&agent);
+            if let Some(e) = self
+                .kv
+                .entry(&key)
+                .await
+                .map_err(|e| anyhow!("{key}: {e}"))?
+                && e.operation == kv::Operation::Put
+            {
+                let v: Value = serde_json::from_slice(&e.value).unwrap_or(Value::Null);
+                if let Some(h) = v["host"].as_str() {
+                    self.learn(
+                        &agent,
+                        Owner {
+                            host: h.to_string(),
+                            revision: e.revision,
+                            from: v["from"].as_str().map(str::to_string),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Follows every `agent.<agent>` entry (with history first) until it fails. What the
+    /// history says replaces what was known once it is read in whole (a server that lost the
+    /// bucket numbers its records anew).
     pub(crate) async fn watch_owners(&self) -> Result<()> {
         let mut w = self
             .kv
             .watch_with_history("agent.*")
             .await
             .map_err(|e| anyhow!("watching agent.*: {e}"))?;
+        let mut replay: Option<HashMap<String, Owner>> = Some(HashMap::new());
         while let Some(e) = w.next().await {
             let e = e.map_err(|e| anyhow!("watching agent.*: {e}"))?;
             let Some(agent) = e.key.strip_prefix("agent.") else {
                 continue;
             };
-            let mut owners = lock(&self.owners);
-            match e.operation {
+            let owner = match e.operation {
                 kv::Operation::Put => {
                     let v: Value = serde_json::from_slice(&e.value).unwrap_or(Value::Null);
-                    if let Some(h) = v["host"].as_str() {
-                        owners.insert(agent.to_string(), h.to_string());
-                    }
+                    v["host"].as_str().map(|h| Owner {
+                        host: h.to_string(),
+                        revision: e.revision,
+                        from: v["from"].as_str().map(str::to_string),
+                    })
                 }
-                _ => {
-                    owners.remove(agent);
+                _ => None,
+            };
+            match (&mut replay, owner) {
+                (Some(r), Some(o)) => {
+                    r.insert(agent.to_string(), o);
                 }
+                (Some(r), None) => {
+                    r.remove(agent);
+                }
+                (None, Some(o)) => self.learn(agent, o),
+                (None, None) => {
+                    lock(&self.owners).remove(agent);
+                }
+            }
+            if e.delta == 0
+                && let Some(r) = replay.take()
+            {
+                // A record this bridge writes meanwhile comes through the watch too.
+                *lock(&self.owners) = r;
             }
         }
         Err(anyhow!("the watch of agent.* ended"))

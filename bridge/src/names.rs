@@ -21,6 +21,10 @@ pub(crate) mod header {
     pub(crate) const HOST: &str = "Sigbox-Host";
     /// The signal's id on the host that published it.
     pub(crate) const ID: &str = "Sigbox-Id";
+    /// On a hand-off mark (no signal): the revision of the agent's record (`agent.<agent>`)
+    /// that took it from the host that publishes the mark, which holds nothing more for it
+    /// (spec/bridge.md §5).
+    pub(crate) const HANDOFF: &str = "Sigbox-Handoff";
 }
 
 /// One mailbox's names on the server.

@@ -44,6 +44,12 @@ const ACKS_EVERY: Duration = Duration::from_millis(300);
 const STATE_EVERY: Duration = Duration::from_secs(1);
 /// How long a failed step waits before it is tried again.
 const RETRY: Duration = Duration::from_millis(500);
+/// How long a host that took an agent from another waits for the other's hand-off before it
+/// delivers to the agent anyway (spec/bridge.md §5), while the other's bridge runs.
+const HANDOFF_WAIT: Duration = Duration::from_secs(30);
+/// How long a host's entry may go unwritten before its bridge counts as not running (as
+/// `status` shows it silent).
+const SILENT: Duration = Duration::from_secs(10);
 
 /// What the bridge counts, for `status` and `doctor`.
 #[derive(Default)]
@@ -99,8 +105,12 @@ struct Bridge {
     /// The agents whose signals are for this host (present now, or lingering and present on
     /// no other host): the exporter leaves their signals here.
     here: Mutex<HashSet<String>>,
-    /// Each agent's lock-file mtime when this bridge last recorded it as this host's.
+    /// Each agent's lock-file mtime when this bridge (or the last on this root) last recorded
+    /// it as this host's.
     claimed: Mutex<HashMap<String, i128>>,
+    /// When this bridge started, in nanoseconds since the Unix epoch (this host's clock, as
+    /// lock-file mtimes are).
+    started_ns: i128,
     /// The connection, once made: whether it is up now is in the state.
     client: std::sync::OnceLock<async_nats::Client>,
     /// How the streams are made when missing (again after a server lost them).
@@ -118,6 +128,18 @@ struct Bridge {
     ready: AtomicBool,
     /// The pending broadcasts the exporter has no more to do with.
     broadcasts_seen: Arc<Mutex<sigbox::BroadcastsSeen>>,
+    /// Export rounds begun, and the last begun that ended without an error (numbered from 1):
+    /// a round numbered past a change of `here` saw it.
+    rounds_begun: AtomicU64,
+    rounds_done: AtomicU64,
+    /// Per consumer: the stream sequence of the last message acknowledged.
+    imported_seq: Mutex<HashMap<String, u64>>,
+    /// Per consumer: the latest hand-off mark its stream carried (spec/bridge.md §5).
+    handed_over: Mutex<HashMap<String, u64>>,
+    /// The agents whose signals are held back from them here (`bridge/hold/<agent>`).
+    held: Mutex<HashSet<String>>,
+    /// The agents this host took whose hand-off is not over (what `status` shows).
+    arriving: Mutex<Vec<String>>,
 }
 
 /// Runs the bridge until SIGINT or SIGTERM.
@@ -144,9 +166,16 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
             mb.bridge_dir().display()
         );
     };
+    // The holds count while this lock is held: the root is a plain mailbox again when the
+    // bridge ends.
+    let _holds = mb.bridge_hold_lock()?;
+    let held: HashSet<String> = mb.bridge_held()?.into_iter().map(|(a, _)| a).collect();
     let counts = Counters::default();
+    let mut claimed: HashMap<String, i128> = HashMap::new();
     // Counts run on from where the last bridge on this root left them (its last state, at
-    // most a second old when it was killed).
+    // most a second old when it was killed), and so does what it recorded of each agent's
+    // presence here: an agent that lingers here and was taken elsewhere since is not taken
+    // back by a bridge that starts again.
     if let Some(last) = mb
         .bridge_state()
         .ok()
@@ -155,6 +184,13 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     {
         for (key, counter) in counts.cumulative() {
             counter.store(last[key].as_u64().unwrap_or(0), Ordering::Relaxed);
+        }
+        if let Some(m) = last["claimed"].as_object() {
+            for (agent, t) in m {
+                if let Some(t) = t.as_i64() {
+                    claimed.insert(agent.clone(), i128::from(t));
+                }
+            }
         }
     }
     let bridge = Arc::new(Bridge {
@@ -166,7 +202,10 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         linger: cli.linger,
         counts,
         here: Mutex::default(),
-        claimed: Mutex::default(),
+        claimed: Mutex::new(claimed),
+        started_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128),
         client: std::sync::OnceLock::new(),
         setup: Setup {
             replicas: cli.replicas,
@@ -181,6 +220,12 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         watching: AtomicBool::new(false),
         ready: AtomicBool::new(false),
         broadcasts_seen: Arc::default(),
+        rounds_begun: AtomicU64::new(0),
+        rounds_done: AtomicU64::new(0),
+        imported_seq: Mutex::default(),
+        handed_over: Mutex::default(),
+        held: Mutex::new(held),
+        arriving: Mutex::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -245,11 +290,22 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
         });
     }
     // Nothing is exported before it is known which agents are here: a bridge that starts (or
-    // restarts) must not send this host's signals away.
+    // restarts) must not send this host's signals away, nor take another host's agents.
     loop {
-        if let Some((here, present)) = look_at_presence(&b, &hosts).await {
-            *lock(&b.here) = here;
-            *lock(&b.counts.present) = present;
+        match hosts.load_owners().await {
+            Ok(()) => break,
+            Err(e) => b.counts.error("agents' hosts", &format!("{e:#}")),
+        }
+        if wait_or_stop(RETRY).await {
+            return Ok(());
+        }
+    }
+    loop {
+        // What it records meanwhile is looked at again by the presence loop: an agent held
+        // back here and now this host's arrives there.
+        if let Some(p) = look_at_presence(&b, &hosts).await {
+            *lock(&b.here) = p.here;
+            *lock(&b.counts.present) = p.present;
             break;
         }
         if wait_or_stop(RETRY).await {
@@ -267,6 +323,7 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
             names::host_consumer(&b.host),
             b.names.broadcast_subject(),
             true,
+            None,
         )),
         tokio::spawn(ack_export_loop(b.clone(), js.clone())),
         tokio::spawn(import_loop(
@@ -276,6 +333,7 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
             names::acks_consumer(&b.host),
             b.names.ack_subject(),
             true,
+            None,
         )),
     ];
     let hosts_final = hosts.clone();
@@ -438,6 +496,12 @@ fn watch_inputs(b: &Arc<Bridge>) {
 /// One round: what the outbox holds (a round that failed, or a bridge that stopped), then
 /// what is newly pending. Publishes them all, then waits for each acknowledgement in order.
 async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
+    // Numbered before it looks at `here`: a round numbered past a change saw it.
+    let round = b.rounds_begun.fetch_add(1, Ordering::SeqCst) + 1;
+    let done = |n: usize| {
+        b.rounds_done.store(round, Ordering::SeqCst);
+        Ok(n)
+    };
     let mb = b.mb.clone();
     let host = b.host.clone();
     let here = lock(&b.here).clone();
@@ -453,7 +517,7 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
     })
     .await??;
     if out.is_empty() {
-        return Ok(0);
+        return done(0);
     }
     // What the server would refuse for its size can never cross: it leaves the round (the
     // rest are not held up behind it), quarantined with the reason.
@@ -476,7 +540,7 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
         tokio::task::spawn_blocking(move || mb.bridge_refuse(&o, &host, &reason)).await??;
     }
     if out.is_empty() {
-        return Ok(1);
+        return done(1);
     }
     let mut acks = Vec::with_capacity(out.len());
     for o in &out {
@@ -516,26 +580,88 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
     }
     let broadcasts = acked.iter().filter(|o| o.is_broadcast()).count() as u64;
     let signals = acked.len() as u64 - broadcasts;
+    // An agent whose signals left this host is held back here from now on: should it come
+    // here, it takes nothing before what went ahead of it (spec/bridge.md §5).
+    let away: HashSet<String> = acked
+        .iter()
+        .filter_map(|o| consumer_agent(b, o.signal_type, &o.target))
+        .collect();
     let mb = b.mb.clone();
     tokio::task::spawn_blocking(move || mb.bridge_exported(&acked)).await??;
+    for agent in away {
+        hold(
+            b,
+            &agent,
+            &json!({"why": "its signals were sent on from here"}),
+        );
+    }
     b.counts
         .exported_broadcasts
         .fetch_add(broadcasts, Ordering::Relaxed);
     b.counts.exported.fetch_add(signals, Ordering::Relaxed);
     match failed {
         Some(e) => Err(e),
-        None => Ok(n),
+        None => done(n),
     }
 }
 
-/// Which agents are this host's (spec/bridge.md §1): present here now, or seen here within
-/// `--linger` and last seen on this host (the hosts bucket's `agent.<agent>`, in the server's
-/// order); and those present now. Records in the bucket each agent whose presence was taken
+/// The agent whose consumer a signal travels by: its target's, the orchestrator's for APPROVE,
+/// SKIP and no target; none for a broadcast.
+fn consumer_agent(b: &Bridge, ty: sigbox::SignalType, target: &sigbox::Target) -> Option<String> {
+    match target {
+        _ if ty.is_approval() => Some(b.mb.orchestrator().to_string()),
+        sigbox::Target::All => None,
+        sigbox::Target::None => Some(b.mb.orchestrator().to_string()),
+        sigbox::Target::Agent(a) => Some(a.clone()),
+    }
+}
+
+/// The consumers `agent`'s signals travel by, with their subjects: its own, and the
+/// orchestrator's when it is the orchestrator.
+fn consumers_of(b: &Bridge, agent: &str) -> Vec<(String, String)> {
+    let mut out = vec![(names::agent_consumer(agent), b.names.agent_subject(agent))];
+    if agent == b.mb.orchestrator() {
+        out.push((names::ORCH_CONSUMER.to_string(), b.names.orch_subject()));
+    }
+    out
+}
+
+/// Holds `agent`'s signals back from it here (`bridge/hold/<agent>`), unless they are
+/// already; `note` says why.
+fn hold(b: &Bridge, agent: &str, note: &Value) {
+    if lock(&b.held).contains(agent) {
+        return;
+    }
+    rehold(b, agent, note);
+}
+
+/// Writes `agent`'s hold with `note`, held already or not.
+fn rehold(b: &Bridge, agent: &str, note: &Value) {
+    let mut bytes = serde_json::to_vec(note).unwrap_or_default();
+    bytes.push(b'\n');
+    match b.mb.bridge_hold(agent, &bytes) {
+        Ok(()) => {
+            lock(&b.held).insert(agent.to_string());
+        }
+        Err(e) => b
+            .counts
+            .error(&format!("cannot hold back {agent}'s signals"), &e),
+    }
+}
+
+/// What [`look_at_presence`] found: the agents of this host, those present now, and the
+/// records this look wrote of agents that were another host's (or nobody's) until then.
+struct Presence {
+    here: HashSet<String>,
+    present: Vec<String>,
+    claims: Vec<(String, crate::hosts::Owner)>,
+}
+
+/// Which agents are this host's (spec/bridge.md §1): present here now or seen here within
+/// `--linger`, and recorded on no other host since (the hosts bucket's `agent.<agent>`, in
+/// the server's order); and those present now. Records in the bucket each agent whose presence was taken
 /// here since the last look. `None` when presence cannot be read.
-async fn look_at_presence(
-    b: &Arc<Bridge>,
-    hosts: &Hosts,
-) -> Option<(HashSet<String>, Vec<String>)> {
+async fn look_at_presence(b: &Arc<Bridge>, hosts: &Hosts) -> Option<Presence> {
     let mb = b.mb.clone();
     let linger = b.linger;
     let seen = match tokio::task::spawn_blocking(move || mb.agents_seen(linger)).await {
@@ -549,16 +675,25 @@ async fn look_at_presence(
             return None;
         }
     };
+    let mut claims = Vec::new();
+    let mut wrote = false;
     for (agent, now, mtime) in &seen {
         let last = lock(&b.claimed).get(agent).copied();
-        let fresh = last.is_none_or(|t| *mtime > t);
+        // Taken here since this host last recorded it; one it never recorded, when present
+        // now or taken since this bridge started (one that only lingers from before may have
+        // been taken elsewhere since).
+        let fresh = last.map_or(*now || *mtime >= b.started_ns, |t| *mtime > t);
         let lost = *now && hosts.owner(agent).as_deref() != Some(b.host.as_str());
         // Taken here since the last look (a poll, a wait, a hook), or present here and
         // recorded elsewhere without having been taken here since.
         if fresh || (lost && last.is_none()) {
             match hosts.claim_agent(agent).await {
-                Ok(()) => {
+                Ok((record, taken)) => {
                     lock(&b.claimed).insert(agent.clone(), *mtime);
+                    if taken {
+                        claims.push((agent.clone(), record));
+                    }
+                    wrote = true;
                 }
                 Err(e) => b
                     .counts
@@ -566,9 +701,12 @@ async fn look_at_presence(
             }
         }
     }
+    // Present or lingering, and recorded on no other host: an agent present here too but
+    // recorded elsewhere since it was last taken here takes its signals there (its signals
+    // here are sent on to it).
     let here = seen
         .iter()
-        .filter(|(a, now, _)| *now || hosts.owner(a).is_none_or(|h| h == b.host))
+        .filter(|(a, _, _)| hosts.owner(a).is_none_or(|h| h == b.host))
         .map(|(a, _, _)| a.clone())
         .collect();
     let present = seen
@@ -576,16 +714,61 @@ async fn look_at_presence(
         .filter(|(_, now, _)| *now)
         .map(|(a, _, _)| a.clone())
         .collect();
-    Some((here, present))
+    if wrote {
+        // What was recorded survives a restart (see `run`).
+        write_state(b, true);
+    }
+    Some(Presence {
+        here,
+        present,
+        claims,
+    })
+}
+
+/// An agent this host took from another (or from nowhere), whose signals are held back from
+/// it here until everything that went ahead of them is here too (spec/bridge.md §5).
+struct Arrival {
+    /// The record that made it this host's.
+    revision: u64,
+    /// The host it was taken from: it hands over what it held for the agent.
+    from: Option<String>,
+    since: std::time::Instant,
+    /// The last export round begun before it was an agent here: once a later round ended,
+    /// none of its signals leaves this host any more.
+    round: u64,
+    /// Per consumer: the last stream sequence of its subject once the above held.
+    fence: Option<Vec<(String, u64)>>,
+    /// True once it was said that the old host's hand-off is not waited for.
+    gave_up: bool,
+}
+
+/// An importer's task and the switch that stops it between two messages.
+struct Importer {
+    task: JoinHandle<()>,
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 /// Starts an importer for each agent present here (and for the orchestrator's signals where
-/// it runs), and stops it when the agent leaves.
+/// it runs), and stops it when the agent leaves; hands over to the host that took an agent
+/// what this host held for it; holds back an agent's signals here while it belongs to another
+/// host, and, when it comes here, until what went ahead of them is here (spec/bridge.md §5).
 async fn presence_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
-    let mut running: HashMap<String, JoinHandle<()>> = HashMap::new();
+    let mut running: HashMap<String, Importer> = HashMap::new();
+    // Importers told to stop, until they have.
+    let mut stopping: HashMap<String, JoinHandle<()>> = HashMap::new();
+    let mut arrivals: HashMap<String, Arrival> = HashMap::new();
+    // The record each agent that left was handed over at, from here.
+    let mut handed: HashMap<String, u64> = HashMap::new();
+    // The agents that were this host's at the last look.
+    let mut mine_before: HashSet<String> = HashSet::new();
     loop {
         // On an error, what was known stays: an empty set would export every agent's signals.
-        let Some((here, present)) = look_at_presence(&b, &hosts).await else {
+        let Some(Presence {
+            here,
+            present,
+            claims,
+        }) = look_at_presence(&b, &hosts).await
+        else {
             tokio::time::sleep(PRESENCE_EVERY).await;
             continue;
         };
@@ -597,42 +780,291 @@ async fn presence_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
             wanted.insert(names::ORCH_CONSUMER.to_string(), b.names.orch_subject());
         }
         let changed = *lock(&b.here) != here;
-        *lock(&b.here) = here;
+        *lock(&b.here) = here.clone();
+        // Rounds numbered past this one see `here` as it is now.
+        let round = b.rounds_begun.load(Ordering::SeqCst);
         if changed {
             // An agent left or came: what is its may now go, or stay.
             b.wake.notify_one();
         }
-        running.retain(|consumer, task| {
-            let keep = wanted.contains_key(consumer) && !task.is_finished();
-            if !keep {
-                tracing::info!(%consumer, "agent left: importer stopped");
-                task.abort();
+        let owners = hosts.owners();
+        // Taken from another host, or from nowhere: held back until the hand-off is over.
+        for (agent, record) in claims {
+            if !arrivals.contains_key(&agent) {
+                arrive(&b, &mut arrivals, &agent, &record, round);
             }
-            keep
-        });
+        }
+        for (agent, o) in &owners {
+            if o.host != b.host {
+                // Another host's: held back here, and no longer arriving.
+                arrivals.remove(agent);
+                hold(
+                    &b,
+                    agent,
+                    &json!({"why": "an agent of another host", "host": o.host}),
+                );
+            } else if lock(&b.held).contains(agent) && !arrivals.contains_key(agent) {
+                // This host's and held back (a record this look did not write, a bridge that
+                // stopped during a hand-off): what went ahead of its signals comes first.
+                arrive(&b, &mut arrivals, agent, o, round);
+            }
+        }
+        stopping.retain(|_, t| !t.is_finished());
+        let leaving: Vec<String> = running
+            .iter()
+            .filter(|(c, i)| !wanted.contains_key(*c) || i.task.is_finished())
+            .map(|(c, _)| c.clone())
+            .collect();
+        for consumer in leaving {
+            if let Some(importer) = running.remove(&consumer) {
+                tracing::info!(%consumer, "agent left: importer stopping");
+                // It stops between two messages: what it wrote is acknowledged.
+                let _ = importer.stop.send(true);
+                stopping.insert(consumer, importer.task);
+            }
+        }
         for (consumer, subject) in wanted {
             if let std::collections::hash_map::Entry::Vacant(slot) = running.entry(consumer) {
                 tracing::info!(consumer = %slot.key(), "agent present: importer started");
-                let t = tokio::spawn(import_loop(
+                let (stop, stopped) = tokio::sync::watch::channel(false);
+                let task = tokio::spawn(import_loop(
                     b.clone(),
                     js.clone(),
                     b.names.work_stream(),
                     slot.key().clone(),
                     subject,
                     false,
+                    Some(stopped),
                 ));
-                slot.insert(t);
+                slot.insert(Importer { task, stop });
             }
         }
+        // Taken from this host: hand over what is here for it.
+        for (agent, o) in &owners {
+            if o.host == b.host {
+                handed.remove(agent);
+                continue;
+            }
+            if here.contains(agent) {
+                continue;
+            }
+            // Seen leaving at the last look, or taken from here by a record this bridge did not
+            // see change hands (it was not running, or the record changed again since).
+            let was_mine = mine_before.contains(agent)
+                || (o.from.as_deref() == Some(b.host.as_str()) && !handed.contains_key(agent));
+            if !was_mine {
+                continue;
+            }
+            let importers: Vec<JoinHandle<()>> = consumers_of(&b, agent)
+                .iter()
+                .filter_map(|(c, _)| stopping.remove(c))
+                .collect();
+            handed.insert(agent.clone(), o.revision);
+            tracing::info!(%agent, to = %o.host, revision = o.revision, "agent taken by another host: handing over");
+            tokio::spawn(hand_off(
+                b.clone(),
+                js.clone(),
+                agent.clone(),
+                o.revision,
+                importers,
+            ));
+        }
+        mine_before = owners
+            .iter()
+            .filter(|(_, o)| o.host == b.host)
+            .map(|(a, _)| a.clone())
+            .collect();
+        // Arriving agents whose wait is over take their signals.
+        let mut arrived = Vec::new();
+        for (agent, a) in &mut arrivals {
+            if here.contains(agent) && arrival_over(&b, &js, &hosts, agent, a).await {
+                arrived.push(agent.clone());
+            }
+        }
+        for agent in arrived {
+            arrivals.remove(&agent);
+            match b.mb.bridge_release(&agent) {
+                Ok(()) => {
+                    lock(&b.held).remove(&agent);
+                    tracing::info!(%agent, "hand-off over: its signals are delivered here");
+                }
+                Err(e) => b
+                    .counts
+                    .error(&format!("cannot release {agent}'s signals"), &e),
+            }
+        }
+        let mut waiting: Vec<String> = arrivals.keys().cloned().collect();
+        waiting.sort();
+        *lock(&b.arriving) = waiting;
         *lock(&b.counts.present) = present;
         tokio::time::sleep(PRESENCE_EVERY).await;
     }
 }
 
+/// Records `agent` as arriving here by `record`, its signals held back meanwhile.
+fn arrive(
+    b: &Bridge,
+    arrivals: &mut HashMap<String, Arrival>,
+    agent: &str,
+    record: &crate::hosts::Owner,
+    round: u64,
+) {
+    rehold(
+        b,
+        agent,
+        &json!({"why": "arriving: waiting for what went ahead of its signals", "from": record.from, "revision": record.revision}),
+    );
+    tracing::info!(%agent, from = ?record.from, revision = record.revision, "agent taken here: its signals are held back until the hand-off is over");
+    arrivals.insert(
+        agent.to_string(),
+        Arrival {
+            revision: record.revision,
+            from: record.from.clone(),
+            since: std::time::Instant::now(),
+            round,
+            fence: None,
+            gave_up: false,
+        },
+    );
+    b.wake.notify_one();
+}
+
+/// True once everything that went ahead of an arriving agent's signals is here (spec/bridge.md
+/// §5): the host it came from handed over what it held (or its bridge does not run, or
+/// [`HANDOFF_WAIT`] passed); no export round that could still send its signals away is
+/// unfinished; and its consumers were imported up to the last message their subjects held
+/// after that.
+async fn arrival_over(
+    b: &Bridge,
+    js: &Context,
+    hosts: &Hosts,
+    agent: &str,
+    a: &mut Arrival,
+) -> bool {
+    let consumers = consumers_of(b, agent);
+    if let Some(from) = a.from.as_deref().filter(|f| *f != b.host) {
+        let handed = {
+            let seen = lock(&b.handed_over);
+            consumers
+                .iter()
+                .all(|(c, _)| seen.get(c).is_some_and(|r| *r >= a.revision))
+        };
+        if !handed && !a.gave_up {
+            let waited = a.since.elapsed();
+            let why = if waited >= HANDOFF_WAIT {
+                Some(format!("no hand-off from {from} within {HANDOFF_WAIT:?}"))
+            } else if waited >= Duration::from_secs(1) && !hosts.running(from, SILENT).await {
+                Some(format!("the bridge of {from} does not run"))
+            } else {
+                None
+            };
+            let Some(why) = why else { return false };
+            tracing::warn!(%agent, %from, "{why}: delivering to it here; what {from} holds for it comes when its bridge sends it");
+            a.gave_up = true;
+        }
+    }
+    if b.rounds_done.load(Ordering::SeqCst) <= a.round {
+        return false;
+    }
+    if a.fence.is_none() {
+        let Ok(stream) = js.get_stream(b.names.work_stream()).await else {
+            return false;
+        };
+        let mut fence = Vec::new();
+        for (consumer, subject) in &consumers {
+            match stream.get_last_raw_message_by_subject(subject).await {
+                Ok(m) => fence.push((consumer.clone(), m.sequence)),
+                Err(e)
+                    if e.kind()
+                        == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => {}
+                Err(_) => return false,
+            }
+        }
+        a.fence = Some(fence);
+    }
+    let imported = lock(&b.imported_seq);
+    a.fence
+        .iter()
+        .flatten()
+        .all(|(c, seq)| imported.get(c).is_some_and(|s| s >= seq))
+}
+
+/// Hands `agent` over to the host that took it by `revision` (spec/bridge.md §5): once its
+/// importers here have stopped, the exporter sends on everything this host holds for it (it
+/// is not an agent here any more), and then a hand-off mark on each of its subjects tells the
+/// new host that nothing more is on its way from here.
+async fn hand_off(
+    b: Arc<Bridge>,
+    js: Context,
+    agent: String,
+    revision: u64,
+    importers: Vec<JoinHandle<()>>,
+) {
+    for t in importers {
+        let _ = t.await;
+    }
+    loop {
+        if lock(&b.here).contains(&agent) {
+            tracing::info!(%agent, "back here before its hand-off was over");
+            return;
+        }
+        let begun = b.rounds_begun.load(Ordering::SeqCst);
+        b.wake.notify_one();
+        while b.rounds_done.load(Ordering::SeqCst) <= begun {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mb = b.mb.clone();
+        let a = agent.clone();
+        match tokio::task::spawn_blocking(move || mb.bridge_holding(&a)).await {
+            Ok(Ok(false)) => break,
+            // Still some (settling, or taken by another consumer first): the next round.
+            Ok(Ok(true)) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Ok(Err(e)) => {
+                b.counts.error(&format!("hand-off of {agent}"), &e);
+                tokio::time::sleep(RETRY).await;
+            }
+            Err(e) => {
+                b.counts.error(&format!("hand-off of {agent}"), &e);
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+    for (_, subject) in consumers_of(&b, &agent) {
+        loop {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                async_nats::header::NATS_MESSAGE_ID,
+                format!("handoff~{agent}~{revision}~{subject}").as_str(),
+            );
+            headers.insert(header::HOST, b.host.as_str());
+            headers.insert(header::HANDOFF, revision.to_string().as_str());
+            let sent = match js
+                .publish_with_headers(subject.clone(), headers, Default::default())
+                .await
+            {
+                Ok(ack) => ack.await.map(|_| ()).map_err(|e| anyhow!("{e}")),
+                Err(e) => Err(anyhow!("{e}")),
+            };
+            match sent {
+                Ok(()) => break,
+                Err(e) => {
+                    b.counts.error(
+                        &format!("cannot mark the hand-off of {agent} on {subject}"),
+                        &e,
+                    );
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+    tracing::info!(%agent, revision, "handed over");
+}
+
 /// Pulls from one durable consumer and writes each signal into the mailbox, then
 /// acknowledges it and waits for the server to confirm the acknowledgement. One signal at a
 /// time (`max_ack_pending` 1): after a crash the signal that was not acknowledged comes
-/// again before any later one, so each producer's order holds.
+/// again before any later one, so each producer's order holds. `stop` ends it between two
+/// messages.
 async fn import_loop(
     b: Arc<Bridge>,
     js: Context,
@@ -640,15 +1072,38 @@ async fn import_loop(
     consumer: String,
     subject: String,
     broadcasts: bool,
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
+    let stopped =
+        |s: &Option<tokio::sync::watch::Receiver<bool>>| s.as_ref().is_some_and(|s| *s.borrow());
     loop {
-        if let Err(e) = import_from(&b, &js, &stream, &consumer, &subject, broadcasts).await {
-            b.counts
-                .error(&format!("import from {consumer}"), &format!("{e:#}"));
-            tokio::time::sleep(RETRY).await;
-            if let Err(e) = setup(&js, &b.names, &b.setup).await {
+        if stopped(&stop) {
+            return;
+        }
+        match import_from(
+            &b,
+            &js,
+            &stream,
+            &consumer,
+            &subject,
+            broadcasts,
+            stop.clone(),
+        )
+        .await
+        {
+            Ok(()) if stopped(&stop) => return,
+            Ok(()) => {}
+            Err(e) => {
                 b.counts
-                    .error("cannot set up the streams", &format!("{e:#}"));
+                    .error(&format!("import from {consumer}"), &format!("{e:#}"));
+                tokio::time::sleep(RETRY).await;
+                if stopped(&stop) {
+                    return;
+                }
+                if let Err(e) = setup(&js, &b.names, &b.setup).await {
+                    b.counts
+                        .error("cannot set up the streams", &format!("{e:#}"));
+                }
             }
         }
     }
@@ -661,6 +1116,7 @@ async fn import_from(
     consumer: &str,
     subject: &str,
     broadcasts: bool,
+    mut stop: Option<tokio::sync::watch::Receiver<bool>>,
 ) -> Result<()> {
     let stream = js
         .get_stream(stream)
@@ -685,16 +1141,34 @@ async fn import_from(
         .messages()
         .await
         .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
-    while let Some(m) = messages.next().await {
+    loop {
+        // Stopped only while waiting for a message: one taken is written and acknowledged.
+        let next = match stop.as_mut() {
+            Some(stop) => tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+                m = messages.next() => m,
+            },
+            None => messages.next().await,
+        };
+        let Some(m) = next else { return Ok(()) };
         let m = m.map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
-        import_one(b, &m, broadcasts).await?;
+        import_one(b, &m, consumer, broadcasts).await?;
+        if let Ok(info) = m.info() {
+            lock(&b.imported_seq).insert(consumer.to_string(), info.stream_sequence);
+        }
     }
-    Ok(())
 }
 
 /// One signal from the stream: written (or found here already), then acknowledged; refused
 /// for good when it is not a signal; left unacknowledged on a local error, to come again.
-async fn import_one(b: &Arc<Bridge>, m: &jetstream::Message, broadcasts: bool) -> Result<()> {
+/// A hand-off mark is noted for `consumer` and acknowledged.
+async fn import_one(
+    b: &Arc<Bridge>,
+    m: &jetstream::Message,
+    consumer: &str,
+    broadcasts: bool,
+) -> Result<()> {
     let get = |h: &str| -> Option<String> {
         m.headers
             .as_ref()
@@ -709,6 +1183,20 @@ async fn import_one(b: &Arc<Bridge>, m: &jetstream::Message, broadcasts: bool) -
         // This host's own broadcast: its agents have it from inputs/ already.
         b.counts.own_broadcasts.fetch_add(1, Ordering::Relaxed);
         return double_ack(m).await;
+    }
+    if let Some(mark) = get(header::HANDOFF).filter(|_| !broadcasts) {
+        let Ok(revision) = mark.trim().parse::<u64>() else {
+            let why = format!("a hand-off mark from {from} with revision {mark:?}: dropped");
+            return refuse(b, m, &why).await;
+        };
+        tracing::debug!(%consumer, %from, revision, "hand-off mark");
+        let r = double_ack(m).await;
+        if r.is_ok() {
+            let mut seen = lock(&b.handed_over);
+            let at = seen.entry(consumer.to_string()).or_default();
+            *at = (*at).max(revision);
+        }
+        return r;
     }
     let Some(name) = get(header::NAME) else {
         let why = format!(
@@ -900,6 +1388,11 @@ fn state_of(b: &Bridge, running: bool) -> Value {
         "updated_at": chrono::Utc::now().to_rfc3339(),
         "present": *lock(&c.present),
         "here": here,
+        "arriving": *lock(&b.arriving),
+        "claimed": lock(&b.claimed)
+            .iter()
+            .map(|(a, t)| (a.clone(), json!(i64::try_from(*t).unwrap_or(i64::MAX))))
+            .collect::<serde_json::Map<String, Value>>(),
         "last_error": *lock(&c.last_error),
         "outbox": outbox,
         "sent": sent,

@@ -182,6 +182,14 @@ fn print_text(r: &Value) {
             text(&s["refused"]),
             text(&s["errors"])
         );
+        if let Some(a) = s["arriving"].as_array().filter(|a| !a.is_empty()) {
+            let names: Vec<String> = a.iter().map(text).collect();
+            let _ = writeln!(
+                o,
+                "  arriving (their signals held back until the hand-off is over): {}",
+                names.join(", ")
+            );
+        }
         if let Some(e) = s["last_error"].as_str() {
             let _ = writeln!(o, "  last error: {}", clean(e));
         }

@@ -208,7 +208,8 @@ fn a_dropped_yaml_file_crosses_hosts_as_it_was_written() {
 }
 
 /// Messages put on the stream by something other than a bridge: a path in the name, a name
-/// and a body that disagree, a body that is not a signal, no name at all. Each is refused
+/// and a body that disagree, a body that is not a signal, no name at all, a hand-off mark
+/// without a revision. Each is refused
 /// (never written, never redelivered), counted, and the next good one still arrives.
 #[test]
 fn hostile_messages_on_the_stream_are_refused_and_nothing_is_written() {
@@ -244,6 +245,15 @@ fn hostile_messages_on_the_stream_are_refused_and_nothing_is_written() {
     rt.block_on(async {
         let client = async_nats::connect(server.url()).await.unwrap();
         let js = async_nats::jetstream::new(client);
+        // A hand-off mark whose revision is not a number.
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Sigbox-Handoff", "soon");
+        h.insert("Sigbox-Host", "mallory");
+        js.publish_with_headers("sigbox.hostile.to.Planner", h, Default::default())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
         for (name, payload) in cases {
             let mut h = async_nats::HeaderMap::new();
             if let Some(n) = &name {
@@ -260,14 +270,14 @@ fn hostile_messages_on_the_stream_are_refused_and_nothing_is_written() {
     let got = take(&m1, "Planner", None, 1, Duration::from_secs(20));
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].id, good);
-    eventually("six refused", || h1.state()["refused"] == 6);
+    eventually("seven refused", || h1.state()["refused"] == 7);
     assert!(!Path::new("/tmp/escaped.json").exists());
     assert!(!dir.path().join(format!("{good}.json")).exists());
     let inputs: Vec<_> = std::fs::read_dir(h1.root.join("inputs")).unwrap().collect();
     assert!(inputs.is_empty(), "{inputs:?}");
     // Refused for good: none of them comes again.
     thread::sleep(Duration::from_millis(2500));
-    assert_eq!(h1.state()["refused"], 6);
+    assert_eq!(h1.state()["refused"], 7);
 }
 
 #[test]
@@ -684,4 +694,169 @@ fn a_signal_as_large_as_send_takes_crosses() {
     let got = take(&m1, "Bob", None, 1, Duration::from_secs(20));
     assert_eq!(got.len(), 1, "{}", h1.log());
     assert_eq!(got[0].message.as_ref().map(String::len), Some(n));
+}
+
+/// What an agent took on one host: (send sequence, producer host) of each delivery, in order.
+type Taken = Vec<(usize, usize)>;
+
+/// Takes `agent`'s signals on `mb` (its presence held throughout) until `stop` is set, then
+/// holds its presence without taking anything until `leave` is set; what it took.
+fn consume_until(
+    mb: Mailbox,
+    agent: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    leave: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> thread::JoinHandle<Taken> {
+    use std::sync::atomic::Ordering;
+    thread::spawn(move || {
+        let _present = mb.presence(&agent).unwrap();
+        let mut got = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            got.extend(mb.pass(&agent, None).unwrap().delivered.iter().map(seq_of));
+            thread::sleep(Duration::from_millis(3));
+        }
+        while !leave.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(2));
+        }
+        got
+    })
+}
+
+/// `(sequence, producer host)` of a signal whose message is `<run>:<seq>:<host>`.
+fn seq_of(s: &sigbox::Signal) -> (usize, usize) {
+    let m = s.message.clone().unwrap_or_default();
+    let parts: Vec<usize> = m.split(':').map(|p| p.parse().unwrap()).collect();
+    (parts[1], parts[2])
+}
+
+/// An agent takes its signals on h1 while every host sends to it, stops taking them (h1 goes
+/// on importing them), and moves to h2 while every host goes on sending. Whatever it had not
+/// taken on h1 (imported there and not delivered, sent on h1, still in the stream) reaches it
+/// on h2 in the order sent, before anything sent after the move (sent on h2 itself, too); each
+/// host's signals keep their order across the move; nothing is lost or delivered twice.
+#[test]
+fn an_agent_that_moves_host_gets_what_it_had_not_taken_first_in_the_order_sent() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let hosts: Vec<Host> = (0..3)
+        .map(|i| Host::start(dir.path(), &format!("h{i}"), &server.url(), "handoff", &[]))
+        .collect();
+    let ms: Vec<Mailbox> = hosts.iter().map(Host::mailbox).collect();
+    eventually("the bridges are up", || {
+        hosts.iter().all(|h| h.state()["ready"] == true)
+    });
+    const BEFORE_STOP: usize = 24;
+    const BEFORE_MOVE: usize = 54;
+    const ALL: usize = 90;
+    for run in 0..4 {
+        let agent = format!("Mover{run}");
+        let send = |seq: usize| {
+            let host = seq % 3;
+            ms[host]
+                .send(&steer(&agent, &format!("{run}:{seq}:{host}")))
+                .unwrap();
+        };
+        // It takes its signals on h1 while every host sends.
+        let (stop, leave) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let on_h1 = consume_until(
+            hosts[1].mailbox(),
+            agent.clone(),
+            stop.clone(),
+            leave.clone(),
+        );
+        thread::sleep(Duration::from_millis(600));
+        for seq in 0..BEFORE_STOP {
+            send(seq);
+            thread::sleep(Duration::from_millis(3));
+        }
+        thread::sleep(Duration::from_millis(300));
+        // It stops taking them; h1 goes on importing what comes.
+        stop.store(true, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(50));
+        for seq in BEFORE_STOP..BEFORE_MOVE {
+            send(seq);
+        }
+        // Everything sent so far has left h0 and h2 (in the stream, or on h1).
+        eventually("h0 and h2 exported what they sent", || {
+            [0, 2].iter().all(|&i| {
+                ms[i].pending().unwrap().is_empty() && ms[i].bridge_counts().unwrap().0 == 0
+            })
+        });
+        // It moves to h2, while every host goes on sending.
+        leave.store(true, Ordering::SeqCst);
+        let took_on_h1 = on_h1.join().unwrap();
+        let on_h2 = {
+            let mb = hosts[2].mailbox();
+            let agent = agent.clone();
+            let owed = ALL - took_on_h1.len();
+            thread::spawn(move || {
+                let _present = mb.presence(&agent).unwrap();
+                let mut got = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while got.len() < owed && Instant::now() < deadline {
+                    got.extend(mb.pass(&agent, None).unwrap().delivered.iter().map(seq_of));
+                    thread::sleep(Duration::from_millis(3));
+                }
+                // Anything more would be a duplicate.
+                let until = Instant::now() + Duration::from_millis(500);
+                while Instant::now() < until {
+                    got.extend(mb.pass(&agent, None).unwrap().delivered.iter().map(seq_of));
+                    thread::sleep(Duration::from_millis(20));
+                }
+                got
+            })
+        };
+        for seq in BEFORE_MOVE..ALL {
+            send(seq);
+            thread::sleep(Duration::from_millis(2));
+        }
+        let took_on_h2 = on_h2.join().unwrap();
+        let show = || format!("run {run}: on h1 {took_on_h1:?}\non h2 {took_on_h2:?}");
+        // Exactly once.
+        let mut all: Vec<usize> = took_on_h1.iter().chain(&took_on_h2).map(|t| t.0).collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            (0..ALL).collect::<Vec<_>>(),
+            "lost or twice: {}",
+            show()
+        );
+        // Each host's signals in the order it sent them, across the move.
+        for host in 0..3 {
+            let order: Vec<usize> = took_on_h1
+                .iter()
+                .chain(&took_on_h2)
+                .filter(|t| t.1 == host)
+                .map(|t| t.0)
+                .collect();
+            assert!(
+                order.windows(2).all(|w| w[0] < w[1]),
+                "h{host}'s signals out of order: {}",
+                show()
+            );
+        }
+        // On h2: what it had not taken, in the order sent, then what was sent after the move.
+        let seqs: Vec<usize> = took_on_h2.iter().map(|t| t.0).collect();
+        let owed_before = seqs.iter().filter(|&&s| s < BEFORE_MOVE).count();
+        assert!(
+            seqs[..owed_before].iter().all(|&s| s < BEFORE_MOVE)
+                && seqs[..owed_before].windows(2).all(|w| w[0] < w[1]),
+            "signals sent before the move were overtaken: {}",
+            show()
+        );
+        assert!(
+            owed_before > 0,
+            "nothing was left on h1 to hand over: {}",
+            show()
+        );
+    }
+    // Each time, h2 waited for h1's hand-off: it never gave up on it.
+    let log = hosts[2].log();
+    assert_eq!(log.matches("hand-off over").count(), 4, "{log}");
+    assert!(!log.contains("delivering to it here"), "{log}");
 }

@@ -376,7 +376,7 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
         push(Severity::Problem, &dir, not_a_directory(st.kind));
         return;
     }
-    for sub in ["outbox", "sent", "broadcasts"] {
+    for sub in ["outbox", "sent", "broadcasts", "hold"] {
         let p = dir.join(sub);
         if let Ok(Some(st)) = io.stamp(&p)
             && st.kind != EntryKind::Dir

@@ -132,6 +132,7 @@ impl Mailbox {
             &self.layout.outbox,
             &self.layout.sent,
             &self.layout.broadcasts,
+            &self.layout.hold,
         ] {
             if let Some(st) = self.io.stamp(dir)?
                 && st.kind != crate::sys::EntryKind::Dir
@@ -218,6 +219,131 @@ impl Mailbox {
     /// The orchestrator's agent name.
     pub fn orchestrator(&self) -> &str {
         &self.opts.orchestrator
+    }
+
+    /// Takes the lock that makes this root's holds count (`bridge/hold.lock`, shared, for as
+    /// long as the returned file lives): the running bridge takes it; without it, a hold
+    /// file holds nothing back and the root is a plain mailbox (spec/bridge.md §5).
+    pub fn bridge_hold_lock(&self) -> Result<std::fs::File> {
+        let file = self.io.open_lock(&self.layout.hold_lock)?;
+        // Blocking is safe: exclusive locks on this file are only ever taken by a pass's
+        // check, with try_lock, for the duration of one check.
+        file.lock_shared().map_err(|e| {
+            Error::io(
+                &self.layout.hold_lock,
+                "cannot lock the bridge's hold lock",
+                e,
+            )
+        })?;
+        Ok(file)
+    }
+
+    /// Holds `agent`'s signals back from it on this host: `bridge/hold/<agent>`, with `note`
+    /// (what the bridge waits for), written atomically. While a bridge runs here, the
+    /// agent's passes here deliver nothing (spec/bridge.md §5): it belongs to another host,
+    /// or the hand-off of its signals to this host is not over.
+    pub fn bridge_hold(&self, agent: &str, note: &[u8]) -> Result<()> {
+        self.check_agent(agent)?;
+        if !self.io.is_dir(&self.layout.hold) {
+            self.io
+                .create_dir_all_synced(&self.layout.hold, Some(&self.layout.root))?;
+        }
+        let stage = atomic::stage_name(&self.layout.hold, "hold");
+        atomic::write_atomic(
+            &self.io,
+            &stage,
+            &self.layout.hold.join(agent),
+            note,
+            Clobber::Yes,
+        )?;
+        Ok(())
+    }
+
+    /// Lets `agent`'s passes here deliver again: removes `bridge/hold/<agent>` (durably).
+    pub fn bridge_release(&self, agent: &str) -> Result<()> {
+        self.check_agent(agent)?;
+        if self.io.remove(&self.layout.hold.join(agent))? {
+            self.io.sync_dir(&self.layout.hold)?;
+        }
+        Ok(())
+    }
+
+    /// The agents held back on this host (`bridge/hold/`), each with its note.
+    pub fn bridge_held(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for e in self.io.list(&self.layout.hold, true)? {
+            let Some(agent) = e.name.to_str().filter(|a| crate::signal::valid_agent(a)) else {
+                continue;
+            };
+            if let ReadOutcome::Bytes(bytes, _) = self
+                .io
+                .read_untrusted(&self.layout.hold.join(&e.name), 64 * 1024)?
+            {
+                out.push((agent.to_string(), bytes));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// True when a running bridge holds `agent`'s signals back from it on this host: a hold
+    /// file for it, and the bridge's hold lock held. What cannot be looked at holds nothing
+    /// back (a root without a bridge stays a plain mailbox).
+    pub(super) fn bridge_holds(&self, agent: &str) -> bool {
+        self.io
+            .stamp(&self.layout.hold.join(agent))
+            .is_ok_and(|s| s.is_some())
+            && self.io.is_locked(&self.layout.hold_lock)
+    }
+
+    /// The agent whose consumer a signal of type `ty` for `target` travels by between hosts
+    /// (spec/bridge.md §2): its target's, the orchestrator's for APPROVE, SKIP and no target;
+    /// none for a broadcast.
+    pub(super) fn consumer_agent<'a>(
+        &'a self,
+        ty: SignalType,
+        target: &'a Target,
+    ) -> Option<&'a str> {
+        match target {
+            _ if ty.is_approval() => Some(&self.opts.orchestrator),
+            Target::All => None,
+            Target::None => Some(&self.opts.orchestrator),
+            Target::Agent(a) => Some(a),
+        }
+    }
+
+    /// True while this root holds signals a bridge would export for `agent` now that it is
+    /// not an agent of this host (spec/bridge.md §5): pending (in `inputs/` or a buffer, a
+    /// dropped file still settling too), in `bridge/outbox/`, or claimed in a slot of the
+    /// agent whose consumer is gone. A host hands an agent over once this is false.
+    pub fn bridge_holding(&self, agent: &str) -> Result<bool> {
+        self.check_agent(agent)?;
+        let theirs = |it: &Item| {
+            it.signal_type
+                .is_some_and(|ty| self.consumer_agent(ty, &it.target) == Some(agent))
+        };
+        for (_, items, _) in self.pending_items()? {
+            if items.iter().any(theirs) {
+                return Ok(true);
+            }
+        }
+        let now = SystemTime::now();
+        if self.io.is_dir(&self.layout.outbox) {
+            let scan = self.scan(&self.layout.outbox, Source::Buffer, &|_| true, now)?;
+            if scan.items.iter().any(theirs) || !scan.rejects.is_empty() {
+                return Ok(true);
+            }
+        }
+        for (_, slot) in self.slots(agent)? {
+            let Some(_lock) = self.io.lock_dir(&slot)? else {
+                continue; // a live handle holds it: delivered there
+            };
+            let scan = self.scan(&slot, Source::Buffer, &|_| true, now)?;
+            if !scan.items.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// What a bridge that stopped left in `bridge/outbox/` (taken, not yet acknowledged by

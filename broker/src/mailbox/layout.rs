@@ -49,6 +49,11 @@ pub(crate) struct Layout {
     pub(crate) sent: PathBuf,
     /// `bridge/broadcasts/`: a marker per pending broadcast exported.
     pub(crate) broadcasts: PathBuf,
+    /// `bridge/hold/<agent>`: an agent whose signals this host holds back from it while the
+    /// bridge runs (it belongs to another host, or its hand-off is not over).
+    pub(crate) hold: PathBuf,
+    /// `bridge/hold.lock`: shared-locked by a running bridge; holds count only while it is.
+    pub(crate) hold_lock: PathBuf,
 }
 
 impl Layout {
@@ -69,6 +74,8 @@ impl Layout {
             outbox: bridge.join("outbox"),
             sent: bridge.join("sent"),
             broadcasts: bridge.join("broadcasts"),
+            hold: bridge.join("hold"),
+            hold_lock: bridge.join("hold.lock"),
             bridge,
             root: root.to_path_buf(),
             inputs,

@@ -335,6 +335,7 @@ impl Mailbox {
             &self.layout.outbox,
             &self.layout.sent,
             &self.layout.broadcasts,
+            &self.layout.hold,
         ] {
             dirs.push((d.clone(), true));
         }

@@ -22,6 +22,9 @@ use super::scan::Scan;
 use crate::error::{Error, ErrorKind, Result};
 use crate::signal::Signal;
 
+/// When a pass held back by a bridge (spec/bridge.md §5) says to look again.
+const HELD_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How a pass hands its deliveries over and when it stops early.
 ///
 /// A pass claims in groups and makes each group durable together (spec §9.2); with
@@ -189,7 +192,16 @@ impl Mailbox {
         if !control.keep_handed {
             self.ack_handed(flight)?;
         }
-        let orphans = self.orphans(agent, flight)?;
+        // A running bridge holds this agent's signals back here: it belongs to another host,
+        // or what it had not taken elsewhere is still on its way (spec/bridge.md §5). Its
+        // signals wait (what dead consumers left, its buffer, its own in inputs/);
+        // broadcasts, which travel apart, are delivered.
+        let held = self.bridge_holds(agent);
+        let orphans = if held {
+            Vec::new()
+        } else {
+            self.orphans(agent, flight)?
+        };
         let now = SystemTime::now();
         // A subagent only ever acts on its own, broadcast, and (none) files: skip the rest by
         // name. APPROVE/SKIP are never for a subagent.
@@ -199,13 +211,24 @@ impl Mailbox {
         let own = self.layout.buffer_dir(agent);
         // A buffer planted as a link (or anything but a directory) is refused alone: the
         // signals in inputs/ are still delivered (spec/mailbox.md §8).
-        let buf = match self.scan_cached(&own, Source::Buffer, agent, &|_| true, now) {
-            Err(e) if self.refused_alone(&e).is_some() => {
-                tracing::warn!("{e}; skipped until then, everything else is delivered");
-                Scan::default()
+        let buf = if held {
+            Scan::default()
+        } else {
+            match self.scan_cached(&own, Source::Buffer, agent, &|_| true, now) {
+                Err(e) if self.refused_alone(&e).is_some() => {
+                    tracing::warn!("{e}; skipped until then, everything else is delivered");
+                    Scan::default()
+                }
+                other => other?,
             }
-            other => other?,
         };
+        if held {
+            scan.items.retain(|it| {
+                it.signal_type
+                    .is_none_or(|ty| self.consumer_agent(ty, &it.target) != Some(agent))
+            });
+            scan.note_check(now + HELD_RECHECK);
+        }
         let mut pass = Pass {
             next_check: match (scan.next_check, buf.next_check) {
                 (Some(a), Some(b)) => Some(a.min(b)),

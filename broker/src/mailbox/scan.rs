@@ -47,6 +47,11 @@ pub(super) struct Scan {
 }
 
 impl Scan {
+    /// Says to look again at `at` at the latest.
+    pub(super) fn note_check(&mut self, at: SystemTime) {
+        self.next_check = Some(self.next_check.map_or(at, |t| t.min(at)));
+    }
+
     fn note_settling(&mut self, name: OsString, until: SystemTime) {
         self.next_check = Some(self.next_check.map_or(until, |t| t.min(until)));
         self.settling.push(Settling { name, until });
