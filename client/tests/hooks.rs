@@ -783,7 +783,7 @@ fn install_follows_nothing_and_keeps_what_is_not_its_own() {
     );
     // Shapes refused, untouched.
     for (runtime, file, bad) in [
-        ("claude", ".claude/settings.json", r#"{"hooks": null}"#),
+        ("claude", ".claude/settings.json", r#"{"hooks": "none"}"#),
         (
             "copilot",
             ".github/hooks/sigbox.json",
@@ -1090,7 +1090,8 @@ fn run_as_runtime_args(command: &str, root: &str, event: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(event).unwrap();
+    // A command line it refuses ends it before it reads the event: the pipe may be closed.
+    let _ = child.stdin.take().unwrap().write_all(event);
     child.wait_with_output().unwrap()
 }
 
@@ -1324,4 +1325,350 @@ fn a_paused_turn_is_kept_alive_until_resume() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(mb.paused("Executor").unwrap().is_some());
+}
+
+/// True when `small`'s bytes all appear in `big`, in order: nothing of it was changed or
+/// dropped, only bytes added.
+fn kept_in_order(small: &[u8], big: &[u8]) -> bool {
+    let mut it = big.iter();
+    small.iter().all(|b| it.any(|c| c == b))
+}
+
+/// Settings files as people and tools write them: install changes only what it inserts
+/// (indentation, escapes, number forms, key order, line endings and a missing final newline
+/// all kept), and uninstall gives back the file byte for byte.
+#[test]
+fn install_then_uninstall_gives_back_every_byte() {
+    let cases: Vec<(&str, &str, String)> = vec![
+        (
+            "claude",
+            ".claude/settings.json",
+            "{\n    \"model\": \"opus\",\n    \"env\": {\"NAME\": \"Caf\\u00e9 \\/ x\"},\n    \"n\": [1.0, 1e3, 100000000000000000000, -0],\n    \"hooks\": {\n        \"PreToolUse\": [\n            {\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"./guard.sh\"}]}\n        ],\n        \"Notification\": [\n            {\n                \"hooks\": [\n                    {\n                        \"type\": \"command\",\n                        \"command\": \"notify-send hi\"\n                    }\n                ]\n            }\n        ]\n    },\n    \"permissions\": {\n        \"allow\": [\"Bash(ls)\"]\n    }\n}".into(),
+        ),
+        (
+            "claude",
+            ".claude/settings.json",
+            "{\r\n\t\"hooks\": {\r\n\t\t\"Notification\": []\r\n\t},\r\n\t\"statusLine\": {\"type\": \"command\", \"command\": \"~/bin/status\"}\r\n}\r\n".into(),
+        ),
+        (
+            "claude",
+            ".claude/settings.json",
+            r#"{"permissions":{"allow":["Bash(npm test)"],"deny":[]},"model":"sonnet"}"#.into(),
+        ),
+        (
+            "claude",
+            ".claude/settings.json",
+            "{\n  \"$schema\": \"https://json.schemastore.org/claude-code-settings.json\",\n  \"hooks\": {\n    \"Stop\": [],\n    \"PostToolUse\": [\n      {\n        \"matcher\": \"Edit|Write\",\n        \"hooks\": [\n          { \"type\": \"command\", \"command\": \"npx prettier --write \\\"$CLAUDE_FILE_PATHS\\\"\" }\n        ]\n      }\n    ]\n  }\n}\n".into(),
+        ),
+        (
+            "codex",
+            ".codex/hooks.json",
+            "{\n  \"hooks\": {\n    \"Stop\": [\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"python3 ~/.codex/hooks/turn_usage.py\",\n            \"timeout\": 5\n          }\n        ]\n      }\n    ]\n  }\n}\n".into(),
+        ),
+        (
+            "copilot",
+            ".github/hooks/sigbox.json",
+            "{\n    \"version\": 1,\n    \"hooks\": {\n        \"preToolUse\": [\n            {\n                \"type\": \"command\",\n                \"bash\": \"./scripts/audit.sh\",\n                \"powershell\": \"./scripts/audit.ps1\",\n                \"timeoutSec\": 10\n            }\n        ],\n        \"sessionEnd\": []\n    }\n}\n".into(),
+        ),
+        (
+            "copilot",
+            ".github/hooks/sigbox.json",
+            "{\"version\": 1, \"hooks\": {}}".into(),
+        ),
+    ];
+    for (n, (runtime, file, original)) in cases.iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, original).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        assert!(
+            out.status.success(),
+            "case {n}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let installed = std::fs::read(&path).unwrap();
+        assert!(
+            kept_in_order(original.as_bytes(), &installed),
+            "case {n}: a byte of the file changed:\n{}",
+            String::from_utf8_lossy(&installed)
+        );
+        let v: Value = serde_json::from_slice(&installed).unwrap();
+        let before: Value = serde_json::from_str(original).unwrap();
+        for (k, val) in before.as_object().unwrap() {
+            if k != "hooks" {
+                assert_eq!(&v[k], val, "case {n}: {k}");
+            }
+        }
+        assert_eq!(
+            v.to_string().matches(" hook ").count(),
+            installed_events(runtime).len(),
+            "case {n}"
+        );
+        if original.contains("\r\n") {
+            let text = String::from_utf8_lossy(&installed).to_string();
+            assert_eq!(
+                text.matches('\n').count(),
+                text.matches("\r\n").count(),
+                "case {n}: line endings mixed:\n{text}"
+            );
+        }
+        // Installing again changes nothing.
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("already installed"));
+        assert_eq!(std::fs::read(&path).unwrap(), installed, "case {n}");
+        let out = sigbox(dir.path(), &["hooks", "uninstall", runtime]);
+        assert!(out.status.success(), "case {n}");
+        // The one thing not given back: an empty list (or `hooks` object) that sigbox's
+        // entries went into is removed with them, as one they created would be (both mean
+        // "no hooks" to every runtime).
+        let expected = original.replace("    \"Stop\": [],\n", "");
+        assert_eq!(
+            String::from_utf8(std::fs::read(&path).unwrap()).unwrap(),
+            expected,
+            "case {n}: uninstall did not give the file back"
+        );
+    }
+}
+
+/// What tools commonly produce is accepted where nothing is lost (an empty file, a
+/// byte-order mark, `hooks: null` or `[]`, an event's `null`), and refused, untouched, with
+/// the place and what to do where the runtime could not read the hooks (comments, trailing
+/// commas, a `hooks` holding something else, a root that is not an object, a Copilot file
+/// without `version: 1`, text that is not UTF-8, a symbolic link). Uninstall takes its
+/// entries out of a file with comments, keeping them.
+#[test]
+fn settings_files_tools_produce_are_taken_or_refused_with_a_way_forward() {
+    let accepted: [(&str, &[u8]); 7] = [
+        ("claude", b""),
+        ("claude", b"\n  \n"),
+        ("claude", b"\xEF\xBB\xBF{\n  \"model\": \"opus\"\n}\n"),
+        ("claude", b"{\"hooks\": null}"),
+        ("codex", b"{\"hooks\": []}"),
+        (
+            "claude",
+            b"{\"hooks\": {\"Stop\": null, \"PreToolUse\": []}}",
+        ),
+        ("copilot", b""),
+    ];
+    for (runtime, bytes) in accepted {
+        let dir = tempfile::tempdir().unwrap();
+        let file = match runtime {
+            "claude" => ".claude/settings.json",
+            "codex" => ".codex/hooks.json",
+            _ => ".github/hooks/sigbox.json",
+        };
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        let what = String::from_utf8_lossy(bytes).to_string();
+        assert!(
+            out.status.success(),
+            "{what:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let written = std::fs::read(&path).unwrap();
+        assert!(
+            !written.starts_with(b"\xEF\xBB\xBF"),
+            "{what:?}: the BOM kept"
+        );
+        let v: Value = serde_json::from_slice(&written)
+            .unwrap_or_else(|e| panic!("{what:?}: {e}: {}", String::from_utf8_lossy(&written)));
+        for event in installed_events(runtime) {
+            assert!(v["hooks"][event].is_array(), "{what:?}: {v}");
+        }
+        if bytes.starts_with(b"\xEF\xBB\xBF") {
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("byte-order mark"),
+                "{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            assert!(kept_in_order(&bytes[3..], &written));
+            assert_eq!(v["model"], "opus");
+        }
+    }
+    let refused: [(&str, &[u8], &[&str]); 9] = [
+        (
+            "claude",
+            b"{\n  // my settings\n  \"model\": \"opus\"\n}\n",
+            &["a comment at line 2, column 3", "remove them"],
+        ),
+        (
+            "claude",
+            b"{\n  \"permissions\": {\"allow\": [\"Bash(ls)\",]},\n  \"model\": \"opus\",\n}\n",
+            &[
+                "a trailing comma at line 2, column 39",
+                "1 more",
+                "remove them",
+            ],
+        ),
+        (
+            "claude",
+            b"{\"hooks\": \"none\"}",
+            &[
+                "`hooks` (line 1, column 11) holds a string",
+                "replace it by {}",
+            ],
+        ),
+        (
+            "codex",
+            b"{\"hooks\": {\"Stop\": {\"command\": \"x\"}}}",
+            &["`hooks.Stop`", "holds an object", "put it in a list"],
+        ),
+        ("claude", b"[1, 2]", &["holds an array", "move it aside"]),
+        (
+            "copilot",
+            b"{\"hooks\": {}}",
+            &["no `version`", "set \"version\": 1"],
+        ),
+        (
+            "claude",
+            b"{\"model\": \"opus\" \"x\": 1}",
+            &["not valid JSON", "line 1, column 18", "fix it"],
+        ),
+        (
+            "claude",
+            b"{\"model\": \"caf\xE9\"}",
+            &["not UTF-8", "byte 14"],
+        ),
+        (
+            "codex",
+            b"\xEF\xBB\xBF{\"hooks\": {\"Stop\": [\n]} // x\n}",
+            &["a comment at line 2, column 4"],
+        ),
+    ];
+    for (runtime, bytes, says) in refused {
+        let dir = tempfile::tempdir().unwrap();
+        let file = match runtime {
+            "claude" => ".claude/settings.json",
+            "codex" => ".codex/hooks.json",
+            _ => ".github/hooks/sigbox.json",
+        };
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        let what = String::from_utf8_lossy(bytes).to_string();
+        assert_eq!(out.status.code(), Some(2), "{what:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{what:?}: {err}");
+        assert!(err.contains(file), "{what:?}: {err}");
+        assert!(err.contains("untouched"), "{what:?}: {err}");
+        for s in says {
+            assert!(err.contains(s), "{what:?}: no {s:?} in {err}");
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{what:?}: touched");
+    }
+    // A symbolic link: named, left alone (the file it points to too).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    let target = dir.path().join("dotfiles-settings.json");
+    std::fs::write(&target, "{}").unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join(".claude/settings.json")).unwrap();
+    let out = sigbox(
+        dir.path(),
+        &["hooks", "install", "claude", "--as", "Executor"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("symbolic link"));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "{}");
+    // Uninstall from a file the user has since commented: the comments stay.
+    let dir = tempfile::tempdir().unwrap();
+    let out = sigbox(
+        dir.path(),
+        &["hooks", "install", "claude", "--as", "Executor"],
+    );
+    assert!(out.status.success());
+    let path = dir.path().join(".claude/settings.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let commented = text.replacen(
+        "{\n",
+        "{\n  // team settings\n  \"model\": \"opus\", // pinned\n",
+        1,
+    );
+    std::fs::write(&path, &commented).unwrap();
+    let out = sigbox(dir.path(), &["hooks", "uninstall", "claude"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "{\n  // team settings\n  \"model\": \"opus\" // pinned\n}\n"
+    );
+}
+
+/// Codex advises one representation of hooks per layer: `hooks install codex` refuses to
+/// write `hooks.json` beside a `config.toml` that defines hooks, saying what to do, and goes on
+/// beside one that only records which hooks are trusted (`[hooks.state]`) or turns the feature
+/// on.
+#[test]
+fn codex_install_beside_inline_hooks_in_config_toml_says_what_to_do() {
+    let defining = [
+        "[[hooks.PreToolUse]]\nmatcher = \"^Bash$\"\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = 'x'\n",
+        "model = \"gpt-5\"\n\n[hooks]\nStop = [{ hooks = [{ type = \"command\", command = \"y\" }] }]\n",
+        "hooks.SessionStart = [{ hooks = [{ type = \"command\", command = \"z\" }] }]\n",
+        "[ hooks . \"PostToolUse\" ]\n",
+    ];
+    for toml in defining {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".codex")).unwrap();
+        std::fs::write(dir.path().join(".codex/config.toml"), toml).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", "codex", "--as", "Executor"],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{toml}: {err}");
+        assert!(err.contains("config.toml: line"), "{err}");
+        assert!(err.contains("hooks.json"), "{err}");
+        assert!(err.contains("single representation"), "{err}");
+        assert!(!dir.path().join(".codex/hooks.json").exists(), "{toml}");
+    }
+    let fine = [
+        "[features]\nhooks = true\n",
+        "[hooks.state.\"abc\"]\ntrusted_hash = \"sha256:0\"\nenabled = true\n",
+        "notes = \"\"\"\n[[hooks.PreToolUse]]\n\"\"\"\n# [[hooks.Stop]]\n",
+    ];
+    for toml in fine {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".codex")).unwrap();
+        std::fs::write(dir.path().join(".codex/config.toml"), toml).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", "codex", "--as", "Executor"],
+        );
+        assert!(
+            out.status.success(),
+            "{toml}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(dir.path().join(".codex/hooks.json").exists());
+    }
+    // --user: the config.toml of $CODEX_HOME.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("config.toml"), defining[0]).unwrap();
+    let out = Command::new(BIN)
+        .args(["hooks", "install", "codex", "--as", "Executor", "--user"])
+        .env("CODEX_HOME", home.path())
+        .env_remove("SIGBOX_ROOT")
+        .current_dir(home.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!home.path().join("hooks.json").exists());
 }
