@@ -1193,6 +1193,30 @@ fn copilot_running_a_claude_hook_is_answered_in_its_own_envelope() {
         assert!(text_of(&a).contains("use the v2 API"), "{event}: {a}");
         assert!(mb.pending().unwrap().is_empty());
     }
+    // Claude Code's own payload stays Claude's, should it ever carry a `timestamp`.
+    let (_d, root, mb) = fresh();
+    send(&mb, SignalType::Steer, "use the v2 API");
+    let mut payload: Value = serde_json::from_slice(&fixture("claude", "PostToolUse")).unwrap();
+    payload["timestamp"] = Value::from("2026-01-07T08:00:11.000Z");
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["hook", "claude", "--as", "Executor"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.to_string().as_bytes())
+        .unwrap();
+    let a: Value = serde_json::from_slice(&child.wait_with_output().unwrap().stdout).unwrap();
+    assert!(
+        a.pointer("/hookSpecificOutput/additionalContext").is_some(),
+        "{a}"
+    );
 }
 
 /// Both of an agent's hooks run under Copilot (its own file and the project's Claude

@@ -379,10 +379,11 @@ fn carries(runtime: Runtime, event: Event) -> bool {
 /// not one sigbox answers.
 ///
 /// The runtime is the one named on the command line, except for a payload with a `timestamp`
-/// (Claude Code and Codex send none; Copilot sends one in both of its formats): Copilot CLI
-/// runs the hooks of a project's `.claude/settings.json` too, with its own payload, and reads
-/// only its own answer fields, so such an event is answered in Copilot's envelope whichever
-/// file its hook came from.
+/// (Claude Code and Codex send none; Copilot sends one in both of its formats) and none of the
+/// fields only they send (`permission_mode`; Codex's `turn_id` and `model`): Copilot CLI runs
+/// the hooks of a project's `.claude/settings.json` too, with its own payload, and reads only
+/// its own answer fields, so such an event is answered in Copilot's envelope whichever file its
+/// hook came from.
 fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<(Runtime, Event), String> {
     let mut bytes = Vec::new();
     std::io::stdin()
@@ -398,7 +399,10 @@ fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<(Runtime, Event)
     if !v.is_object() {
         return Err("the event on stdin is not a JSON object".into());
     }
-    let runtime = if v.get("timestamp").is_some() {
+    let theirs = ["permission_mode", "turn_id", "model"]
+        .iter()
+        .any(|k| v.get(k).is_some());
+    let runtime = if v.get("timestamp").is_some() && !theirs {
         Runtime::Copilot
     } else {
         runtime
