@@ -1336,7 +1336,7 @@ fn a_paused_turn_is_kept_alive_until_resume() {
     assert_eq!(a["decision"], "block", "{a}");
     let reason = a["reason"].as_str().unwrap();
     assert!(reason.contains("RESUME from alice"), "{a}");
-    assert!(reason.contains("Resumed"), "{a}");
+    assert!(reason.contains("The PAUSE is over: go on"), "{a}");
     assert!(!reason.contains("until a RESUME"), "{a}");
     assert!(mb.paused("Executor").unwrap().is_none());
     assert!(mb.pending().unwrap().is_empty());

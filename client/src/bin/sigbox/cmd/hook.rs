@@ -298,7 +298,7 @@ fn answer(
     Some(match event {
         Event::Stop if at_stop.resumed => block_stop(
             runtime,
-            &format!("{notes}\nResumed: go on with the work the PAUSE stopped."),
+            &format!("{notes}\nThe PAUSE is over: go on with your work, as the signals above say."),
         ),
         Event::Stop => block_stop(runtime, &notes),
         // Copilot's preToolUse carries no context: the call is held back with the signals as
