@@ -165,8 +165,6 @@ fn expect(runtime: &str, event: &str, signal: &str, answer: Option<&Value>) -> R
     match (signal, answer) {
         ("nothing", None) => Ok(()),
         ("nothing", Some(a)) => Err(format!("nothing pending, but answered {a}")),
-        // Ending the turn is what a pause wants: no answer at Stop.
-        ("PAUSE", None) if stop_event => Ok(()),
         // Copilot's preToolUse has no context channel: a RESUME alone lets the call run.
         ("PAUSE+RESUME", None) if runtime == "copilot" && pre_tool => Ok(()),
         (_, None) => Err("no answer".into()),
@@ -196,6 +194,12 @@ fn expect(runtime: &str, event: &str, signal: &str, answer: Option<&Value>) -> R
                 "PAUSE" if pre_tool => denied(a)
                     .then_some(())
                     .ok_or(format!("PAUSE does not hold the tool call: {a}")),
+                // The paused turn is kept alive, so that a RESUME goes on without anyone
+                // typing.
+                "PAUSE" if stop_event => (a.get("decision") == Some(&Value::from("block"))
+                    && text.contains("until a RESUME"))
+                .then_some(())
+                .ok_or(format!("the paused turn is not kept alive: {a}")),
                 "STEER" | "INFO" if stop_event => (a.get("decision")
                     == Some(&Value::from("block")))
                 .then_some(())
@@ -779,7 +783,7 @@ fn install_follows_nothing_and_keeps_what_is_not_its_own() {
     );
     // Shapes refused, untouched.
     for (runtime, file, bad) in [
-        ("claude", ".claude/settings.json", r#"{"hooks": null}"#),
+        ("claude", ".claude/settings.json", r#"{"hooks": "none"}"#),
         (
             "copilot",
             ".github/hooks/sigbox.json",
@@ -1086,6 +1090,609 @@ fn run_as_runtime_args(command: &str, root: &str, event: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(event).unwrap();
+    // A command line it refuses ends it before it reads the event: the pipe may be closed.
+    let _ = child.stdin.take().unwrap().write_all(event);
     child.wait_with_output().unwrap()
+}
+
+/// A PAUSE whose answer could not be written is given again, and that answer says so, once:
+/// the answers after it, while the PAUSE is in force, do not.
+#[test]
+fn a_pause_given_again_says_so_once() {
+    let (_dir, root, mb) = fresh();
+    send(&mb, SignalType::Pause, "hold on");
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["hook", "claude", "--as", "Executor"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fixture("claude", "PostToolUse"))
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot write the answer"),
+        "{out:?}"
+    );
+    let again = String::from_utf8(hook(&root, "claude", "PostToolUse", &[]).stdout).unwrap();
+    assert!(again.contains("PAUSE"), "{again}");
+    assert_eq!(again.matches("delivered again").count(), 1, "{again}");
+    for (runtime, event) in [
+        ("claude", "PostToolUse"),
+        ("claude", "PreToolUse"),
+        ("codex", "UserPromptSubmit"),
+        ("claude", "Stop"),
+        ("copilot", "postToolUse"),
+    ] {
+        let later = String::from_utf8(hook(&root, runtime, event, &[]).stdout).unwrap();
+        assert!(later.contains("PAUSE"), "{runtime} {event}: {later}");
+        assert!(
+            !later.contains("delivered again"),
+            "{runtime} {event}: said again: {later}"
+        );
+    }
+    assert!(mb.pending().unwrap().is_empty());
+}
+
+/// Copilot CLI runs the hooks of a project's `.claude/settings.json` with its own payload
+/// (PascalCase events, a `timestamp`) and reads only its own answer fields: the Claude hook
+/// answers it in Copilot's envelope, valid against Copilot's documented output, and runs no
+/// pass on the event whose answer Copilot drops.
+#[test]
+fn copilot_running_a_claude_hook_is_answered_in_its_own_envelope() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hooks/copilot-vscode");
+    for (event, copilot_event) in [
+        ("SessionStart", Some("sessionStart")),
+        ("UserPromptSubmit", None),
+        ("PreToolUse", Some("preToolUse")),
+        ("PostToolUse", Some("postToolUse")),
+        ("Stop", Some("agentStop")),
+    ] {
+        let (_d, root, mb) = fresh();
+        send(&mb, SignalType::Steer, "use the v2 API");
+        let payload = std::fs::read(dir.join(format!("{event}.json"))).unwrap();
+        let mut child = Command::new(BIN)
+            .arg("--root")
+            .arg(&root)
+            .args(["hook", "claude", "--as", "Executor"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&payload).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "{event}: {out:?}"
+        );
+        let Some(copilot_event) = copilot_event else {
+            assert!(
+                out.stdout.is_empty(),
+                "{event}: answered where Copilot drops it"
+            );
+            assert_eq!(mb.pending().unwrap().len(), 1, "{event}: taken unread");
+            continue;
+        };
+        let a: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{event}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+        let errors: Vec<String> = output_schema("copilot", copilot_event)
+            .iter_errors(&a)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{event}: {a} {errors:?}");
+        assert!(a.get("hookSpecificOutput").is_none(), "{event}: {a}");
+        assert!(text_of(&a).contains("use the v2 API"), "{event}: {a}");
+        assert!(mb.pending().unwrap().is_empty());
+    }
+    // Claude Code's own payload stays Claude's, should it ever carry a `timestamp`.
+    let (_d, root, mb) = fresh();
+    send(&mb, SignalType::Steer, "use the v2 API");
+    let mut payload: Value = serde_json::from_slice(&fixture("claude", "PostToolUse")).unwrap();
+    payload["timestamp"] = Value::from("2026-01-07T08:00:11.000Z");
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["hook", "claude", "--as", "Executor"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.to_string().as_bytes())
+        .unwrap();
+    let a: Value = serde_json::from_slice(&child.wait_with_output().unwrap().stdout).unwrap();
+    assert!(
+        a.pointer("/hookSpecificOutput/additionalContext").is_some(),
+        "{a}"
+    );
+}
+
+/// Both of an agent's hooks run under Copilot (its own file and the project's Claude
+/// settings), racing at every tool call: every STEER is handed over once, always in Copilot's
+/// envelope.
+#[test]
+fn claude_and_copilot_hooks_racing_under_copilot_hand_each_steer_over_once() {
+    let (_dir, root, mb) = fresh();
+    let vscode = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/hooks/copilot-vscode/PreToolUse.json"),
+    )
+    .unwrap();
+    for i in 0..6 {
+        send(&mb, SignalType::Steer, &format!("steer {i}."));
+    }
+    let schema = output_schema("copilot", "preToolUse");
+    let mut seen: Vec<String> = Vec::new();
+    for _ in 0..20 {
+        let run = |args: Vec<&'static str>, payload: Vec<u8>, root: PathBuf| {
+            std::thread::spawn(move || {
+                let mut child = Command::new(BIN)
+                    .arg("--root")
+                    .arg(&root)
+                    .args(args)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                child.stdin.take().unwrap().write_all(&payload).unwrap();
+                child.wait_with_output().unwrap()
+            })
+        };
+        let a = run(
+            vec!["hook", "claude", "--as", "Executor"],
+            vscode.clone(),
+            root.clone(),
+        );
+        let b = run(
+            vec![
+                "hook",
+                "copilot",
+                "--as",
+                "Executor",
+                "--event",
+                "preToolUse",
+            ],
+            fixture("copilot", "preToolUse"),
+            root.clone(),
+        );
+        for out in [a.join().unwrap(), b.join().unwrap()] {
+            if out.stdout.is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert!(
+                schema.iter_errors(&v).next().is_none(),
+                "not Copilot's: {v}"
+            );
+            for line in text_of(&v).lines() {
+                if let Some(m) = line.split(": ").nth(1).filter(|m| m.starts_with("steer")) {
+                    seen.push(m.to_string());
+                }
+            }
+        }
+        if mb.pending().unwrap().is_empty() {
+            break;
+        }
+        // Each preToolUse answer holds a call back: send more as a model would.
+    }
+    seen.sort();
+    let want: Vec<String> = (0..6).map(|i| format!("steer {i}.")).collect();
+    assert_eq!(seen, want, "each STEER once");
+}
+
+/// A paused turn is kept alive at Stop (the runtimes document a Stop `block` that makes the
+/// agent go on): the hook holds, a RESUME then goes on with the work without anyone typing;
+/// past `--pause-keep` the turn ends.
+#[test]
+fn a_paused_turn_is_kept_alive_until_resume() {
+    let (_dir, root, mb) = fresh();
+    send(&mb, SignalType::Pause, "hold on");
+    for (runtime, event) in [
+        ("claude", "Stop"),
+        ("codex", "Stop"),
+        ("copilot", "agentStop"),
+    ] {
+        let out = hook(&root, runtime, event, &[]);
+        let a: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{runtime}: {e}: {out:?}"));
+        assert_eq!(a["decision"], "block", "{runtime}: {a}");
+        let reason = a["reason"].as_str().unwrap();
+        assert!(reason.contains("PAUSE from alice"), "{runtime}: {a}");
+        assert!(reason.contains("until a RESUME"), "{runtime}: {a}");
+        assert!(
+            output_schema(runtime, event)
+                .iter_errors(&a)
+                .next()
+                .is_none()
+        );
+        assert!(mb.paused("Executor").unwrap().is_some());
+    }
+    // A RESUME during the hold: the turn goes on, with it.
+    let resumer = {
+        let root = root.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            send(&Mailbox::open(&root).unwrap(), SignalType::Resume, "go on");
+        })
+    };
+    let t = std::time::Instant::now();
+    let out = hook(&root, "claude", "Stop", &["--pause-wait", "30s"]);
+    resumer.join().unwrap();
+    assert!(t.elapsed().as_secs() < 20, "held for {:?}", t.elapsed());
+    let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(a["decision"], "block", "{a}");
+    let reason = a["reason"].as_str().unwrap();
+    assert!(reason.contains("RESUME from alice"), "{a}");
+    assert!(reason.contains("The PAUSE is over: go on"), "{a}");
+    assert!(!reason.contains("until a RESUME"), "{a}");
+    assert!(mb.paused("Executor").unwrap().is_none());
+    assert!(mb.pending().unwrap().is_empty());
+    // Past --pause-keep the turn ends: no answer.
+    send(&mb, SignalType::Pause, "hold on");
+    let out = hook(&root, "claude", "Stop", &["--pause-keep", "0"]);
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(mb.paused("Executor").unwrap().is_some());
+}
+
+/// True when `small`'s bytes all appear in `big`, in order: nothing of it was changed or
+/// dropped, only bytes added.
+fn kept_in_order(small: &[u8], big: &[u8]) -> bool {
+    let mut it = big.iter();
+    small.iter().all(|b| it.any(|c| c == b))
+}
+
+/// Settings files as people and tools write them: install changes only what it inserts
+/// (indentation, escapes, number forms, key order, line endings and a missing final newline
+/// all kept), and uninstall gives back the file byte for byte.
+#[test]
+fn install_then_uninstall_gives_back_every_byte() {
+    let cases: Vec<(&str, &str, String)> = vec![
+        (
+            "claude",
+            ".claude/settings.json",
+            "{\n    \"model\": \"opus\",\n    \"env\": {\"NAME\": \"Caf\\u00e9 \\/ x\"},\n    \"n\": [1.0, 1e3, 100000000000000000000, -0],\n    \"hooks\": {\n        \"PreToolUse\": [\n            {\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"./guard.sh\"}]}\n        ],\n        \"Notification\": [\n            {\n                \"hooks\": [\n                    {\n                        \"type\": \"command\",\n                        \"command\": \"notify-send hi\"\n                    }\n                ]\n            }\n        ]\n    },\n    \"permissions\": {\n        \"allow\": [\"Bash(ls)\"]\n    }\n}".into(),
+        ),
+        (
+            "claude",
+            ".claude/settings.json",
+            "{\r\n\t\"hooks\": {\r\n\t\t\"Notification\": []\r\n\t},\r\n\t\"statusLine\": {\"type\": \"command\", \"command\": \"~/bin/status\"}\r\n}\r\n".into(),
+        ),
+        (
+            "claude",
+            ".claude/settings.json",
+            r#"{"permissions":{"allow":["Bash(npm test)"],"deny":[]},"model":"sonnet"}"#.into(),
+        ),
+        (
+            "claude",
+            ".claude/settings.json",
+            "{\n  \"$schema\": \"https://json.schemastore.org/claude-code-settings.json\",\n  \"hooks\": {\n    \"Stop\": [],\n    \"PostToolUse\": [\n      {\n        \"matcher\": \"Edit|Write\",\n        \"hooks\": [\n          { \"type\": \"command\", \"command\": \"npx prettier --write \\\"$CLAUDE_FILE_PATHS\\\"\" }\n        ]\n      }\n    ]\n  }\n}\n".into(),
+        ),
+        (
+            "codex",
+            ".codex/hooks.json",
+            "{\n  \"hooks\": {\n    \"Stop\": [\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"python3 ~/.codex/hooks/turn_usage.py\",\n            \"timeout\": 5\n          }\n        ]\n      }\n    ]\n  }\n}\n".into(),
+        ),
+        (
+            "copilot",
+            ".github/hooks/sigbox.json",
+            "{\n    \"version\": 1,\n    \"hooks\": {\n        \"preToolUse\": [\n            {\n                \"type\": \"command\",\n                \"bash\": \"./scripts/audit.sh\",\n                \"powershell\": \"./scripts/audit.ps1\",\n                \"timeoutSec\": 10\n            }\n        ],\n        \"sessionEnd\": []\n    }\n}\n".into(),
+        ),
+        (
+            "copilot",
+            ".github/hooks/sigbox.json",
+            "{\"version\": 1, \"hooks\": {}}".into(),
+        ),
+    ];
+    for (n, (runtime, file, original)) in cases.iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, original).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        assert!(
+            out.status.success(),
+            "case {n}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let installed = std::fs::read(&path).unwrap();
+        assert!(
+            kept_in_order(original.as_bytes(), &installed),
+            "case {n}: a byte of the file changed:\n{}",
+            String::from_utf8_lossy(&installed)
+        );
+        let v: Value = serde_json::from_slice(&installed).unwrap();
+        let before: Value = serde_json::from_str(original).unwrap();
+        for (k, val) in before.as_object().unwrap() {
+            if k != "hooks" {
+                assert_eq!(&v[k], val, "case {n}: {k}");
+            }
+        }
+        assert_eq!(
+            v.to_string().matches(" hook ").count(),
+            installed_events(runtime).len(),
+            "case {n}"
+        );
+        if original.contains("\r\n") {
+            let text = String::from_utf8_lossy(&installed).to_string();
+            assert_eq!(
+                text.matches('\n').count(),
+                text.matches("\r\n").count(),
+                "case {n}: line endings mixed:\n{text}"
+            );
+        }
+        // Installing again changes nothing.
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("already installed"));
+        assert_eq!(std::fs::read(&path).unwrap(), installed, "case {n}");
+        let out = sigbox(dir.path(), &["hooks", "uninstall", runtime]);
+        assert!(out.status.success(), "case {n}");
+        // The one thing not given back: an empty list (or `hooks` object) that sigbox's
+        // entries went into is removed with them, as one they created would be (both mean
+        // "no hooks" to every runtime).
+        let expected = original.replace("    \"Stop\": [],\n", "");
+        assert_eq!(
+            String::from_utf8(std::fs::read(&path).unwrap()).unwrap(),
+            expected,
+            "case {n}: uninstall did not give the file back"
+        );
+    }
+}
+
+/// What tools commonly produce is accepted where nothing is lost (an empty file, a
+/// byte-order mark, `hooks: null` or `[]`, an event's `null`), and refused, untouched, with
+/// the place and what to do where the runtime could not read the hooks (comments, trailing
+/// commas, a `hooks` holding something else, a root that is not an object, a Copilot file
+/// without `version: 1`, text that is not UTF-8, a symbolic link). Uninstall takes its
+/// entries out of a file with comments, keeping them.
+#[test]
+fn settings_files_tools_produce_are_taken_or_refused_with_a_way_forward() {
+    let accepted: [(&str, &[u8]); 7] = [
+        ("claude", b""),
+        ("claude", b"\n  \n"),
+        ("claude", b"\xEF\xBB\xBF{\n  \"model\": \"opus\"\n}\n"),
+        ("claude", b"{\"hooks\": null}"),
+        ("codex", b"{\"hooks\": []}"),
+        (
+            "claude",
+            b"{\"hooks\": {\"Stop\": null, \"PreToolUse\": []}}",
+        ),
+        ("copilot", b""),
+    ];
+    for (runtime, bytes) in accepted {
+        let dir = tempfile::tempdir().unwrap();
+        let file = match runtime {
+            "claude" => ".claude/settings.json",
+            "codex" => ".codex/hooks.json",
+            _ => ".github/hooks/sigbox.json",
+        };
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        let what = String::from_utf8_lossy(bytes).to_string();
+        assert!(
+            out.status.success(),
+            "{what:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let written = std::fs::read(&path).unwrap();
+        assert!(
+            !written.starts_with(b"\xEF\xBB\xBF"),
+            "{what:?}: the BOM kept"
+        );
+        let v: Value = serde_json::from_slice(&written)
+            .unwrap_or_else(|e| panic!("{what:?}: {e}: {}", String::from_utf8_lossy(&written)));
+        for event in installed_events(runtime) {
+            assert!(v["hooks"][event].is_array(), "{what:?}: {v}");
+        }
+        if bytes.starts_with(b"\xEF\xBB\xBF") {
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("byte-order mark"),
+                "{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            assert!(kept_in_order(&bytes[3..], &written));
+            assert_eq!(v["model"], "opus");
+        }
+    }
+    let refused: [(&str, &[u8], &[&str]); 9] = [
+        (
+            "claude",
+            b"{\n  // my settings\n  \"model\": \"opus\"\n}\n",
+            &["a comment at line 2, column 3", "remove them"],
+        ),
+        (
+            "claude",
+            b"{\n  \"permissions\": {\"allow\": [\"Bash(ls)\",]},\n  \"model\": \"opus\",\n}\n",
+            &[
+                "a trailing comma at line 2, column 39",
+                "1 more",
+                "remove them",
+            ],
+        ),
+        (
+            "claude",
+            b"{\"hooks\": \"none\"}",
+            &[
+                "`hooks` (line 1, column 11) holds a string",
+                "replace it by {}",
+            ],
+        ),
+        (
+            "codex",
+            b"{\"hooks\": {\"Stop\": {\"command\": \"x\"}}}",
+            &["`hooks.Stop`", "holds an object", "put it in a list"],
+        ),
+        ("claude", b"[1, 2]", &["holds an array", "move it aside"]),
+        (
+            "copilot",
+            b"{\"hooks\": {}}",
+            &["no `version`", "set \"version\": 1"],
+        ),
+        (
+            "claude",
+            b"{\"model\": \"opus\" \"x\": 1}",
+            &["not valid JSON", "line 1, column 18", "fix it"],
+        ),
+        (
+            "claude",
+            b"{\"model\": \"caf\xE9\"}",
+            &["not UTF-8", "byte 14"],
+        ),
+        (
+            "codex",
+            b"\xEF\xBB\xBF{\"hooks\": {\"Stop\": [\n]} // x\n}",
+            &["a comment at line 2, column 4"],
+        ),
+    ];
+    for (runtime, bytes, says) in refused {
+        let dir = tempfile::tempdir().unwrap();
+        let file = match runtime {
+            "claude" => ".claude/settings.json",
+            "codex" => ".codex/hooks.json",
+            _ => ".github/hooks/sigbox.json",
+        };
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", runtime, "--as", "Executor"],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        let what = String::from_utf8_lossy(bytes).to_string();
+        assert_eq!(out.status.code(), Some(2), "{what:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{what:?}: {err}");
+        assert!(err.contains(file), "{what:?}: {err}");
+        assert!(err.contains("untouched"), "{what:?}: {err}");
+        for s in says {
+            assert!(err.contains(s), "{what:?}: no {s:?} in {err}");
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{what:?}: touched");
+    }
+    // A symbolic link: named, left alone (the file it points to too).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    let target = dir.path().join("dotfiles-settings.json");
+    std::fs::write(&target, "{}").unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join(".claude/settings.json")).unwrap();
+    let out = sigbox(
+        dir.path(),
+        &["hooks", "install", "claude", "--as", "Executor"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("symbolic link"));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "{}");
+    // Uninstall from a file the user has since commented: the comments stay.
+    let dir = tempfile::tempdir().unwrap();
+    let out = sigbox(
+        dir.path(),
+        &["hooks", "install", "claude", "--as", "Executor"],
+    );
+    assert!(out.status.success());
+    let path = dir.path().join(".claude/settings.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let commented = text.replacen(
+        "{\n",
+        "{\n  // team settings\n  \"model\": \"opus\", // pinned\n",
+        1,
+    );
+    std::fs::write(&path, &commented).unwrap();
+    let out = sigbox(dir.path(), &["hooks", "uninstall", "claude"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "{\n  // team settings\n  \"model\": \"opus\" // pinned\n}\n"
+    );
+}
+
+/// Codex advises one representation of hooks per layer: `hooks install codex` refuses to
+/// write `hooks.json` beside a `config.toml` that defines hooks, saying what to do, and goes on
+/// beside one that only records which hooks are trusted (`[hooks.state]`) or turns the feature
+/// on.
+#[test]
+fn codex_install_beside_inline_hooks_in_config_toml_says_what_to_do() {
+    let defining = [
+        "[[hooks.PreToolUse]]\nmatcher = \"^Bash$\"\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = 'x'\n",
+        "model = \"gpt-5\"\n\n[hooks]\nStop = [{ hooks = [{ type = \"command\", command = \"y\" }] }]\n",
+        "hooks.SessionStart = [{ hooks = [{ type = \"command\", command = \"z\" }] }]\n",
+        "[ hooks . \"PostToolUse\" ]\n",
+    ];
+    for toml in defining {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".codex")).unwrap();
+        std::fs::write(dir.path().join(".codex/config.toml"), toml).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", "codex", "--as", "Executor"],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{toml}: {err}");
+        assert!(err.contains("config.toml: line"), "{err}");
+        assert!(err.contains("hooks.json"), "{err}");
+        assert!(err.contains("single representation"), "{err}");
+        assert!(!dir.path().join(".codex/hooks.json").exists(), "{toml}");
+    }
+    let fine = [
+        "[features]\nhooks = true\n",
+        "[hooks.state.\"abc\"]\ntrusted_hash = \"sha256:0\"\nenabled = true\n",
+        "notes = \"\"\"\n[[hooks.PreToolUse]]\n\"\"\"\n# [[hooks.Stop]]\n",
+    ];
+    for toml in fine {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".codex")).unwrap();
+        std::fs::write(dir.path().join(".codex/config.toml"), toml).unwrap();
+        let out = sigbox(
+            dir.path(),
+            &["hooks", "install", "codex", "--as", "Executor"],
+        );
+        assert!(
+            out.status.success(),
+            "{toml}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(dir.path().join(".codex/hooks.json").exists());
+    }
+    // --user: the config.toml of $CODEX_HOME.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("config.toml"), defining[0]).unwrap();
+    let out = Command::new(BIN)
+        .args(["hooks", "install", "codex", "--as", "Executor", "--user"])
+        .env("CODEX_HOME", home.path())
+        .env_remove("SIGBOX_ROOT")
+        .current_dir(home.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!home.path().join("hooks.json").exists());
 }

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
+use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sigbox::{NewSignal, PassControl, ProblemKind, Signal, SignalType, Target};
 use sigbox_client::Checkpoint;
@@ -76,6 +76,66 @@ struct SendArgs {
     target: Option<String>,
 }
 
+/// What `check` and `wait` return.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct Signals {
+    /// The signals taken for you, oldest first; empty when none came.
+    signals: Vec<SignalOut>,
+}
+
+/// A signal as a tool returns it: what a model acts on, nothing more.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct SignalOut {
+    /// Its id.
+    id: String,
+    /// ABORT: stop, end your turn. PAUSE: no tools, nothing new until a RESUME (call wait).
+    /// STEER: change course as told. INFO: take note. RESUME: go on. APPROVE, SKIP: answers
+    /// to an approval.
+    #[serde(rename = "type")]
+    signal_type: String,
+    /// Its text, if any.
+    message: Option<String>,
+    /// Its sender.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from: Option<String>,
+    /// When it was sent (UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created_at: Option<String>,
+    /// ALL for a broadcast.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target: Option<String>,
+    /// Given again: an earlier answer with it may not have reached you (a connection or
+    /// server died). Act on it unless you already did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redelivery: Option<u32>,
+}
+
+/// What `send` returns.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct Sent {
+    /// The id of the signal sent.
+    id: String,
+}
+
+/// What `status` returns: counts, nothing taken.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct Status {
+    /// You, the agent this server is for.
+    agent: String,
+    /// Signals waiting for you (check or wait takes them).
+    pending_for_agent: u64,
+    /// Pending signals per target (an agent, ALL) or agent buffer.
+    pending: std::collections::BTreeMap<String, u64>,
+    /// Files dropped in and not yet settled.
+    settling: u64,
+    /// Files to be quarantined as invalid.
+    invalid: u64,
+    /// Signals taken by a consumer and not yet acknowledged.
+    in_flight: u64,
+    /// Files quarantined.
+    quarantined: u64,
+}
+
 /// A call's id and the signals it answered with.
 type Answered = (rmcp::model::RequestId, Vec<Signal>);
 
@@ -104,33 +164,80 @@ struct Server {
     tool_router: ToolRouter<Self>,
 }
 
-/// A signal as a tool returns it: what a model needs, nothing more.
-fn signal_json(s: &Signal) -> Value {
-    let mut v = json!({
-        "id": s.id,
-        "type": s.signal_type.as_str(),
-        "message": s.message,
-    });
-    if let Some(f) = &s.from {
-        v["from"] = json!(f);
+/// The output schemas, written by hand rather than derived: every byte of the tool list is
+/// paid in tokens at every model call, so they say what a model needs and nothing more (no
+/// `$schema`, no integer formats). Each describes what [`Json`] of its type serializes to.
+fn schema(v: Value) -> Arc<rmcp::model::JsonObject> {
+    match v {
+        Value::Object(o) => Arc::new(o),
+        _ => unreachable!("a schema is an object"),
     }
-    if let Some(t) = s.created_at {
-        v["created_at"] = json!(
-            t.with_timezone(&chrono::Utc)
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        );
-    }
-    if s.target == Target::All {
-        v["target"] = json!("ALL");
-    }
-    if s.redelivery() > 0 {
-        v["redelivery"] = json!(s.redelivery());
-    }
-    v
 }
 
-fn signals_text(signals: &[Signal]) -> String {
-    json!({"signals": signals.iter().map(signal_json).collect::<Vec<_>>()}).to_string()
+/// `check`'s and `wait`'s output: [`Signals`].
+fn signals_schema() -> Arc<rmcp::model::JsonObject> {
+    schema(
+        json!({"type": "object", "required": ["signals"], "properties": {"signals": {
+        "type": "array", "description": "Oldest first; empty: none came.",
+        "items": {"type": "object", "required": ["id", "type", "message"], "properties": {
+            "id": {"type": "string"},
+            "type": {"type": "string",
+                     "description": "ABORT, PAUSE, STEER, INFO, RESUME, APPROVE or SKIP"},
+            "message": {"type": ["string", "null"]},
+            "from": {"type": "string", "description": "sender"},
+            "created_at": {"type": "string", "description": "sent at, UTC"},
+            "target": {"const": "ALL", "description": "a broadcast"},
+            "redelivery": {"type": "integer", "description": "given again: an earlier answer \
+                with it may not have reached you (a connection or server died); act on it \
+                unless you already did"}}}}}}),
+    )
+}
+
+/// `send`'s output: [`Sent`].
+fn sent_schema() -> Arc<rmcp::model::JsonObject> {
+    schema(json!({"type": "object", "required": ["id"],
+                  "properties": {"id": {"type": "string", "description": "the signal's id"}}}))
+}
+
+/// `status`'s output: [`Status`].
+fn status_schema() -> Arc<rmcp::model::JsonObject> {
+    let n = json!({"type": "integer"});
+    schema(json!({"type": "object",
+        "required": ["agent", "pending_for_agent", "pending", "settling", "invalid", "in_flight",
+                     "quarantined"],
+        "properties": {
+            "agent": {"type": "string", "description": "you"},
+            "pending_for_agent": {"type": "integer", "description": "waiting for you"},
+            "pending": {"type": "object", "additionalProperties": n,
+                        "description": "per target (an agent, ALL) or agent buffer"},
+            "settling": {"type": "integer", "description": "dropped files not yet settled"},
+            "invalid": {"type": "integer", "description": "to be quarantined"},
+            "in_flight": {"type": "integer", "description": "taken, not yet acknowledged"},
+            "quarantined": n}}))
+}
+
+/// A signal as a tool returns it.
+fn signal_out(s: &Signal) -> SignalOut {
+    SignalOut {
+        id: s.id.clone(),
+        signal_type: s.signal_type.as_str().to_string(),
+        message: s.message.clone(),
+        from: s.from.clone(),
+        created_at: s.created_at.map(|t| {
+            t.with_timezone(&chrono::Utc)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        }),
+        target: (s.target == Target::All).then(|| "ALL".to_string()),
+        redelivery: (s.redelivery() > 0).then(|| s.redelivery()),
+    }
+}
+
+/// `check`'s and `wait`'s result: structured (its schema is the tool's output schema), and
+/// the same JSON as text.
+fn signals_result(signals: &[Signal]) -> Json<Signals> {
+    Json(Signals {
+        signals: signals.iter().map(signal_out).collect(),
+    })
 }
 
 /// The client's half of stdio, noting when it ends: a client that closed its end reads no
@@ -274,25 +381,31 @@ impl Server {
     }
 
     /// Checkpoint: the signals waiting for this agent, oldest first; each is given once.
-    #[tool]
+    #[tool(output_schema = signals_schema(), description = "Take the signals waiting for you, oldest first; each is returned once \
+        (empty list: none). Call it at every step and obey: ABORT: stop and end your turn; \
+        PAUSE: call no tools and start nothing until a RESUME (call wait); STEER: change course \
+        as told; INFO: take note; RESUME: go on. redelivery set: it may have reached you \
+        before.")]
     async fn check(
         &self,
         ctx: rmcp::service::RequestContext<rmcp::RoleServer>,
-    ) -> Result<String, String> {
+    ) -> Result<Json<Signals>, String> {
         let _busy = Busy::new(&self.busy);
         self.pass(None).await?;
-        Ok(signals_text(
+        Ok(signals_result(
             &self.take_unreturned(&ctx.id, &ctx.ct, &ctx.peer),
         ))
     }
 
     /// Block until a signal arrives for this agent (or timeout_s passes); returns them.
-    #[tool]
+    #[tool(output_schema = signals_schema(), description = "Wait for signals: returns as check does as soon as at least one \
+        arrives for you, or an empty list once timeout_s passes (default 60, at most 600) or \
+        the call is cancelled. Use it while paused (until a RESUME comes) or when idle.")]
     async fn wait(
         &self,
         Parameters(args): Parameters<WaitArgs>,
         ctx: rmcp::service::RequestContext<rmcp::RoleServer>,
-    ) -> Result<String, String> {
+    ) -> Result<Json<Signals>, String> {
         let (id, ct, peer) = (&ctx.id, &ctx.ct, &ctx.peer);
         let _busy = Busy::new(&self.busy);
         let secs = args.timeout_s.unwrap_or(60.0);
@@ -310,14 +423,15 @@ impl Server {
             let any = self.pass(Some(left.min(CANCEL_CHECK))).await?;
             let gone = peer.is_transport_closed() || self.closed.load(Ordering::SeqCst);
             if any || left <= CANCEL_CHECK || ct.is_cancelled() || gone {
-                return Ok(signals_text(&self.take_unreturned(id, ct, peer)));
+                return Ok(signals_result(&self.take_unreturned(id, ct, peer)));
             }
         }
     }
 
     /// Send a signal (type, message, target: an agent or ALL); returns its id.
-    #[tool]
-    async fn send(&self, Parameters(args): Parameters<SendArgs>) -> Result<String, String> {
+    #[tool(output_schema = sent_schema(), description = "Send a signal, with you as its sender (from): to an agent, or to ALL \
+        (the default), which every agent but you receives. Returns its id.")]
+    async fn send(&self, Parameters(args): Parameters<SendArgs>) -> Result<Json<Sent>, String> {
         let _busy = Busy::new(&self.busy);
         let ty = SignalType::parse(&args.signal_type).ok_or_else(|| {
             format!(
@@ -337,31 +451,33 @@ impl Server {
         let id = self
             .with_checkpoint(move |cp| cp.mailbox().send(&s).map_err(|e| e.to_string()))
             .await?;
-        Ok(json!({"id": id}).to_string())
+        Ok(Json(Sent { id }))
     }
 
     /// Mailbox status: pending per target, settling, invalid, in flight, quarantined.
-    #[tool]
-    async fn status(&self) -> Result<String, String> {
+    #[tool(output_schema = status_schema(), description = "Look without taking anything: how many signals wait for you, \
+        pending signals per target, and files not deliverable (settling, invalid, in flight, \
+        quarantined).")]
+    async fn status(&self) -> Result<Json<Status>, String> {
         let _busy = Busy::new(&self.busy);
         let agent = self.agent.clone();
         self.with_checkpoint(move |cp| {
             let mb = cp.mailbox();
-            let mut pending = serde_json::Map::new();
+            let mut pending = std::collections::BTreeMap::new();
             let mut mine = 0;
             for p in mb.pending().map_err(|e| e.to_string())? {
                 let key = p
                     .buffered_for
                     .clone()
                     .unwrap_or_else(|| p.target.to_string());
-                // A broadcast counts until this agent has acked it.
+                // A broadcast counts until this agent has acked it; its own never reaches it.
                 let acked =
                     p.target == Target::All && mb.acked_by(&p.id).is_ok_and(|a| a.contains(&agent));
-                if key == agent || (p.target == Target::All && !acked) {
+                let own = p.from.as_deref() == Some(agent.as_str());
+                if key == agent || (p.target == Target::All && !acked && !own) {
                     mine += 1;
                 }
-                let n = pending.entry(key).or_insert(json!(0));
-                *n = json!(n.as_u64().unwrap_or(0) + 1);
+                *pending.entry(key).or_insert(0) += 1;
             }
             let (mut settling, mut invalid, mut in_flight) = (0, 0, 0);
             for p in mb.problems().map_err(|e| e.to_string())? {
@@ -374,13 +490,16 @@ impl Server {
                     _ => {}
                 }
             }
-            let quarantined = mb.rejected().map_err(|e| e.to_string())?.len();
-            Ok(json!({
-                "agent": agent, "pending_for_agent": mine, "pending": pending,
-                "settling": settling, "invalid": invalid, "in_flight": in_flight,
-                "quarantined": quarantined,
-            })
-            .to_string())
+            let quarantined = mb.rejected().map_err(|e| e.to_string())?.len() as u64;
+            Ok(Json(Status {
+                agent,
+                pending_for_agent: mine,
+                pending,
+                settling,
+                invalid,
+                in_flight: in_flight as u64,
+                quarantined,
+            }))
         })
         .await
     }
@@ -407,6 +526,47 @@ impl ServerHandler for Server {
             back.extend(signals);
             back.extend(later);
         }
+    }
+
+    /// A request the SDK could not read as the method it names lands here: a known method
+    /// whose params are missing or malformed (`tools/call` without `params`) is an invalid
+    /// params error (JSON-RPC -32602) naming it and its form; only an unknown method is
+    /// "method not found".
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, rmcp::ErrorData> {
+        let method = request.method.as_str();
+        let form = match method {
+            "tools/call" => Some("{\"name\": TOOL, \"arguments\": {...}}"),
+            "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
+                Some("{\"cursor\"?: STRING}")
+            }
+            "initialize" => Some(
+                "{\"protocolVersion\": STRING, \"capabilities\": {...}, \"clientInfo\": \
+                 {\"name\": STRING, \"version\": STRING}}",
+            ),
+            "ping"
+            | "completion/complete"
+            | "logging/setLevel"
+            | "prompts/get"
+            | "resources/read"
+            | "resources/subscribe"
+            | "resources/unsubscribe" => Some("the method's params"),
+            _ => None,
+        };
+        Err(match form {
+            Some(form) => rmcp::ErrorData::invalid_params(
+                format!("{method}: params missing or malformed; expected {form}"),
+                None,
+            ),
+            None => rmcp::ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+                None,
+            ),
+        })
     }
 
     fn get_info(&self) -> ServerConfig {

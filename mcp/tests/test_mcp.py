@@ -108,6 +108,45 @@ class McpServer(unittest.TestCase):
                     sorted(by["send"].input_schema["properties"]), ["message", "target", "type"]
                 )
                 self.assertEqual(by["send"].input_schema.get("required"), ["type"])
+                # What each returns, when wait ends, what a redelivery means: said to the model.
+                for t in tools:
+                    self.assertEqual(t.output_schema.get("type"), "object", t)
+                for name in ("check", "wait"):
+                    item = by[name].output_schema["properties"]["signals"]["items"]
+                    self.assertIn("act on it unless you already did", item["properties"]["redelivery"]["description"])
+                    self.assertEqual(item["required"], ["id", "type", "message"])
+                for word in ("ABORT", "PAUSE", "RESUME", "STEER", "once", "redelivery"):
+                    self.assertIn(word, by["check"].description)
+                for word in ("timeout_s", "empty list", "cancelled", "at least one"):
+                    self.assertIn(word, by["wait"].description)
+                self.assertIn("every agent but you", by["send"].description)
+                self.assertIn("without taking", by["status"].description)
+                # Structured results, valid against those schemas (the SDK checks), the same
+                # as the text.
+                for name, args in (("check", {}), ("wait", {"timeout_s": 0}), ("status", {}),
+                                   ("send", {"type": "info", "target": "Planner"})):
+                    r = await s.call_tool(name, args)
+                    self.assertEqual(r.structured_content, json.loads(r.content[0].text), name)
+        self.run_async(go())
+
+    def test_an_agents_own_broadcast_is_not_given_back_to_it(self):
+        async def go():
+            async with server(self.root) as me, server(self.root, "Planner") as planner:
+                sent = text(await me.call_tool("send", {"type": "info", "message": "step 3 done"}))
+                self.assertEqual(text(await me.call_tool("status", {}))["pending_for_agent"], 0)
+                self.assertEqual(messages(await me.call_tool("check", {})), [])
+                got = text(await planner.call_tool("check", {}))["signals"]
+                self.assertEqual([(g["id"], g["from"], g.get("target")) for g in got],
+                                 [(sent["id"], "Executor", "ALL")])
+                # The CLI's `send --from` is the same sender: not given back, acked for it.
+                sigbox(self.root, "send", "steer", "from the CLI", "--from", "Executor")
+                self.assertEqual(messages(await me.call_tool("check", {})), [])
+                self.assertEqual(messages(await planner.call_tool("check", {})), ["from the CLI"])
+                # A signal an agent targets at itself is delivered as any other.
+                await me.call_tool("send", {"type": "info", "message": "note to self", "target": "Executor"})
+                self.assertEqual(messages(await me.call_tool("check", {})), ["note to self"])
+            acks = os.listdir(os.path.join(self.root, "acks", sent["id"]))
+            self.assertIn("Executor.ack", acks)
         self.run_async(go())
 
     def test_check_send_status_and_fifo(self):
@@ -199,9 +238,16 @@ class McpServer(unittest.TestCase):
             self.assertIn("result", recv())
             send({"jsonrpc": "2.0", "method": "notifications/initialized"})
             send({"jsonrpc": "2.0", "id": 2, "method": "no/such/method"})
-            self.assertIn("error", recv())
-            send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"arguments": {}}})
-            self.assertIn("error", recv())
+            r = recv()
+            self.assertEqual(r["error"]["code"], -32601, r)
+            self.assertIn("no/such/method", r["error"]["message"])
+            # A known method with params missing or malformed: invalid params, naming it.
+            for i, call in ((3, {"params": {"arguments": {}}}), (6, {}), (7, {"params": {"name": 5}})):
+                send({"jsonrpc": "2.0", "id": i, "method": "tools/call", **call})
+                r = recv()
+                self.assertEqual(r["error"]["code"], -32602, r)
+                self.assertIn("tools/call", r["error"]["message"])
+                self.assertIn('"name"', r["error"]["message"])
             send({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "wait", "arguments": {"timeout_s": "soon"}}})
             r = recv()
             self.assertTrue("error" in r or r.get("result", {}).get("isError"), r)

@@ -22,7 +22,8 @@ use crate::signal::{Signal, Target};
 impl Mailbox {
     /// Delivers a broadcast to `agent` once: writes its marker into the handle's `slot`,
     /// then `acks/<id>/<agent>.ack` without replacing. `None` when the agent has acked it
-    /// before (in either ack form), or when the file is gone or invalid (then it is
+    /// before (in either ack form), when `agent` sent it (its `from`: then the ack is
+    /// written and nothing handed over), or when the file is gone or invalid (then it is
     /// quarantined and recorded in `pass`).
     ///
     /// **Durability:** the marker, then the ack, are written atomically and durably before
@@ -96,6 +97,13 @@ impl Mailbox {
                             || self.io.stamp(&upstream_ack)?.is_some()
                             || self.upstream_acks(&id, &stamp)?.iter().any(|a| a == agent)
                         {
+                            remember();
+                            return Ok(None);
+                        }
+                        // Its own broadcast: acked for its sender (the ack counts toward the
+                        // quorum), never handed to it. Nothing is handed over, so no marker.
+                        if sig.from.as_deref() == Some(agent) {
+                            self.write_ack(&ack_dir, &ack, &id, agent, sig)?;
                             remember();
                             return Ok(None);
                         }

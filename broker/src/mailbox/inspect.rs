@@ -20,7 +20,8 @@ type Listed = (PathBuf, Vec<Item>, Option<String>);
 
 /// What [`Mailbox::look`] found of a routable item.
 enum Look {
-    Pending(String),
+    /// Its id, and its sender when it names one.
+    Pending(String, Option<String>),
     Settling(SystemTime),
     Invalid(String),
     Gone,
@@ -33,7 +34,7 @@ impl Mailbox {
         let mut out = Vec::new();
         for (dir, items, agent) in self.pending_items()? {
             for it in items {
-                if let Look::Pending(id) = self.look(&dir, &it)? {
+                if let Look::Pending(id, from) = self.look(&dir, &it)? {
                     let path = dir.join(&it.name);
                     out.push(Pending {
                         id,
@@ -42,6 +43,7 @@ impl Mailbox {
                         type_name: it.type_name,
                         target: it.target,
                         buffered_for: agent.clone(),
+                        from,
                     });
                 }
             }
@@ -98,7 +100,7 @@ impl Mailbox {
             for it in items {
                 let path = dir.join(&it.name);
                 match self.look(&dir, &it)? {
-                    Look::Pending(_) | Look::Gone => {}
+                    Look::Pending(..) | Look::Gone => {}
                     Look::Settling(until) => out.push(Problem {
                         path,
                         kind: ProblemKind::Settling { until, window },
@@ -166,7 +168,7 @@ impl Mailbox {
             ReadOutcome::Gone => return Ok(Look::Gone),
             ReadOutcome::Bytes(bytes, stamp) => (bytes, stamp),
             _ if it.signal_type.is_none() => {
-                return Ok(Look::Pending(name::signal_id(&fname).to_string()));
+                return Ok(Look::Pending(name::signal_id(&fname).to_string(), None));
             }
             other => return Ok(Look::Invalid(other.rejection().unwrap_or_default())),
         };
@@ -184,10 +186,11 @@ impl Mailbox {
         {
             return Ok(Look::Settling(until));
         }
+        let from = read.as_ref().ok().and_then(|s| s.from.clone());
         match (read, fields) {
             (Err(reason), _) if it.signal_type.is_some() => Ok(Look::Invalid(reason)),
-            (_, Some(f)) => Ok(Look::Pending(identity::identity(&fname, &f, &stamp))),
-            (_, None) => Ok(Look::Pending(name::signal_id(&fname).to_string())),
+            (_, Some(f)) => Ok(Look::Pending(identity::identity(&fname, &f, &stamp), from)),
+            (_, None) => Ok(Look::Pending(name::signal_id(&fname).to_string(), None)),
         }
     }
 

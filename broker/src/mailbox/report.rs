@@ -66,6 +66,9 @@ pub struct Pending {
     pub target: Target,
     /// For a buffered signal: whose buffer it is in.
     pub buffered_for: Option<String>,
+    /// Its sender (`from`), when it names one: an agent's own broadcast is not delivered to
+    /// it (spec/mailbox.md §9.4).
+    pub from: Option<String>,
 }
 
 /// A file in `inputs/` that is not (yet) deliverable.

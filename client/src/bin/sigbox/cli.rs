@@ -219,6 +219,10 @@ pub(crate) struct HookArgs {
     /// under the runtime's hook time limit.
     #[arg(long, default_value = "25s", value_parser = parse_duration)]
     pub(crate) pause_wait: Duration,
+    /// How long after a PAUSE was taken a Stop hook keeps the paused turn alive (a RESUME
+    /// then goes on without anyone typing); past it the turn ends. 0: never.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub(crate) pause_keep: Duration,
     /// Fail (exit 2) on a malformed or unknown event instead of answering nothing.
     #[arg(long)]
     pub(crate) strict: bool,

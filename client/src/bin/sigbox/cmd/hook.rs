@@ -39,7 +39,15 @@ pub(crate) enum Event {
 
 impl Event {
     /// The event a runtime's name stands for; `None` for events sigbox does not answer.
+    /// Copilot names an event in camelCase, or in PascalCase when its hook was configured so
+    /// (its "VS Code compatible" payload, which it also sends to the hooks of a project's
+    /// `.claude/settings.json`).
     pub(crate) fn parse(runtime: Runtime, name: &str) -> Option<Event> {
+        if runtime == Runtime::Copilot
+            && let Some(e) = Event::parse(Runtime::Claude, name)
+        {
+            return Some(e);
+        }
         Some(match (runtime, name) {
             (Runtime::Claude | Runtime::Codex, "SessionStart")
             | (Runtime::Copilot, "sessionStart") => Event::SessionStart,
@@ -120,20 +128,36 @@ fn record_instant(r: &Value) -> Option<i64> {
         .and_then(|t| t.timestamp_nanos_opt())
 }
 
-/// The record of a PAUSE in force (`agents/<agent>.paused.json`): what the model is told, and
-/// the instant a RESUME must be later than.
+/// The record of a PAUSE in force (`agents/<agent>.paused.json`): what the model is told (the
+/// signal's line, without the redelivery note: that is said once, in the answer that is the
+/// redelivery), the instant a RESUME must be later than, and when it was taken (how long a
+/// Stop hook keeps the paused turn alive counts from then).
 fn pause_record(s: &Signal) -> Value {
     json!({
         "id": s.id,
         "from": s.from,
         "message": s.message,
         "created_at": s.created_at.map(|t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)),
-        "line": describe(s),
+        "taken_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "line": plain_line(s),
     })
 }
 
-/// One line a model reads about a signal: type, sender, time, text.
+/// What a line says of a signal handed over again after an answer that was never written.
+const AGAIN: &str = " (delivered again: a previous hook could not answer)";
+
+/// One line a model reads about a signal: type, sender, time, text, and the redelivery note
+/// when this answer is the signal's redelivery.
 fn describe(s: &Signal) -> String {
+    let mut line = plain_line(s);
+    if s.redelivery() > 0 {
+        line.push_str(AGAIN);
+    }
+    line
+}
+
+/// [`describe`] without the redelivery note.
+fn plain_line(s: &Signal) -> String {
     let mut line = format!("[sigbox] {}", s.signal_type.as_str());
     if let Some(f) = &s.from {
         line.push_str(&format!(" from {f}"));
@@ -147,9 +171,6 @@ fn describe(s: &Signal) -> String {
     match s.message.as_deref().filter(|m| !m.trim().is_empty()) {
         Some(m) => line.push_str(&format!(": {m}")),
         None => line.push_str(": (no message)"),
-    }
-    if s.redelivery() > 0 {
-        line.push_str(" (delivered again: a previous hook could not answer)");
     }
     line
 }
@@ -167,10 +188,15 @@ fn judge(signals: &[Signal], held: Option<Value>) -> Verdict {
                 pause = None;
             }
             SignalType::Pause => {
+                // The PAUSE in force given again (its answer was never written) keeps its
+                // record: when it was taken stays.
+                let same = pause
+                    .as_ref()
+                    .is_some_and(|p| p.get("id").and_then(Value::as_str) == Some(s.id.as_str()));
                 let newer = pause
                     .as_ref()
                     .is_none_or(|p| instant(s) >= record_instant(p));
-                if newer {
+                if newer && !same {
                     pause = Some(pause_record(s));
                 }
             }
@@ -198,8 +224,24 @@ fn judge(signals: &[Signal], held: Option<Value>) -> Verdict {
     v
 }
 
+/// What a Stop hook does about the end of a turn, besides the signals it hands over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct AtStop {
+    /// Still paused, within `--pause-keep` of the PAUSE: the turn is kept alive (blocked), so
+    /// that a RESUME goes on without anyone typing.
+    keep_alive: bool,
+    /// A PAUSE in force was cleared in this call (a RESUME or a STEER): the turn goes on.
+    resumed: bool,
+}
+
 /// The answer to write, or `None` for no output (exit 0: the agent goes on as if no hook ran).
-fn answer(runtime: Runtime, event: Event, v: &Verdict, pause_text: Option<&str>) -> Option<Value> {
+fn answer(
+    runtime: Runtime,
+    event: Event,
+    v: &Verdict,
+    pause_text: Option<&str>,
+    at_stop: AtStop,
+) -> Option<Value> {
     let notes = v.notes.join("\n");
     let has_notes = !notes.is_empty();
     // ABORT first: it ends the run.
@@ -230,7 +272,21 @@ fn answer(runtime: Runtime, event: Event, v: &Verdict, pause_text: Option<&str>)
         );
         return Some(match event {
             Event::PreTool => deny(runtime, &with_notes(&text, &notes)),
-            // Ending the turn is what a pause wants: let it end (spending nothing meanwhile).
+            // Kept alive: the model ends its turn again and the next Stop hook waits again,
+            // so that a RESUME goes on with the work without anyone typing.
+            Event::Stop if at_stop.keep_alive => block_stop(
+                runtime,
+                &with_notes(
+                    &format!(
+                        "{p}\nPaused: do not call tools and do not start new work until a RESUME \
+                         arrives. Answer with one short line (\"Paused.\") and end your turn: the \
+                         hook waits for the RESUME, and your turn goes on when it comes."
+                    ),
+                    &notes,
+                ),
+            ),
+            // Past --pause-keep the turn ends, which is what a pause wants: a RESUME then
+            // reaches the agent at its next prompt.
             Event::Stop if !has_notes => return None,
             Event::Stop => block_stop(runtime, &with_notes(&text, &notes)),
             _ => context(runtime, event, &with_notes(&text, &notes))?,
@@ -240,6 +296,10 @@ fn answer(runtime: Runtime, event: Event, v: &Verdict, pause_text: Option<&str>)
         return None;
     }
     Some(match event {
+        Event::Stop if at_stop.resumed => block_stop(
+            runtime,
+            &format!("{notes}\nThe PAUSE is over: go on with your work, as the signals above say."),
+        ),
         Event::Stop => block_stop(runtime, &notes),
         // Copilot's preToolUse carries no context: the call is held back with the signals as
         // the reason, so the model reads them before it acts.
@@ -280,6 +340,22 @@ fn block_stop(_runtime: Runtime, reason: &str) -> Value {
     json!({"decision": "block", "reason": reason})
 }
 
+/// True while a recorded PAUSE was taken less than `keep` ago (a record without `taken_at`,
+/// written by an earlier version, counts from the PAUSE's own instant).
+fn within(record: &Value, keep: std::time::Duration) -> bool {
+    let since = record
+        .get("taken_at")
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .and_then(|t| t.timestamp_nanos_opt())
+        .or_else(|| record_instant(record));
+    let (Some(since), Some(now)) = (since, chrono::Utc::now().timestamp_nanos_opt()) else {
+        return false;
+    };
+    let keep = i64::try_from(keep.as_nanos()).unwrap_or(i64::MAX);
+    now.saturating_sub(since) < keep
+}
+
 /// Text for the model on an event that carries it; `None` where the runtime has no such
 /// channel (the signals then wait: see [`carries`]).
 fn context(runtime: Runtime, event: Event, text: &str) -> Option<Value> {
@@ -299,8 +375,16 @@ fn carries(runtime: Runtime, event: Event) -> bool {
     !(runtime == Runtime::Copilot && event == Event::UserPrompt)
 }
 
-/// Reads the event from stdin. `Err` says why it is not one sigbox answers.
-fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<Event, String> {
+/// Reads the event from stdin: the runtime that sent it and the event. `Err` says why it is
+/// not one sigbox answers.
+///
+/// The runtime is the one named on the command line, except for a payload with a `timestamp`
+/// (Claude Code and Codex send none; Copilot sends one in both of its formats) and none of the
+/// fields only they send (`permission_mode`; Codex's `turn_id` and `model`): Copilot CLI runs
+/// the hooks of a project's `.claude/settings.json` too, with its own payload, and reads only
+/// its own answer fields, so such an event is answered in Copilot's envelope whichever file its
+/// hook came from.
+fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<(Runtime, Event), String> {
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
@@ -315,6 +399,14 @@ fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<Event, String> {
     if !v.is_object() {
         return Err("the event on stdin is not a JSON object".into());
     }
+    let theirs = ["permission_mode", "turn_id", "model"]
+        .iter()
+        .any(|k| v.get(k).is_some());
+    let runtime = if v.get("timestamp").is_some() && !theirs {
+        Runtime::Copilot
+    } else {
+        runtime
+    };
     let name = match forced {
         Some(n) => n.to_string(),
         None => v
@@ -329,7 +421,9 @@ fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<Event, String> {
             })?
             .to_string(),
     };
-    Event::parse(runtime, &name).ok_or_else(|| format!("event {name:?} is not one sigbox answers"))
+    Event::parse(runtime, &name)
+        .map(|e| (runtime, e))
+        .ok_or_else(|| format!("event {name:?} is not one sigbox answers"))
 }
 
 pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
@@ -344,11 +438,11 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::SUCCESS)
     };
-    let event = match read_event(args.runtime, args.event.as_deref()) {
+    let (runtime, event) = match read_event(args.runtime, args.event.as_deref()) {
         Ok(e) => e,
         Err(why) => return quiet_fail(why),
     };
-    if !carries(args.runtime, event) {
+    if !carries(runtime, event) {
         return Ok(ExitCode::SUCCESS);
     }
     let agent = match super::mailbox::agent_name(&args.agent) {
@@ -423,10 +517,14 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
         }
     }
     drop(step);
-    // A PAUSE in force before a tool call: hold the call, sleeping on filesystem events, until
-    // a RESUME, ABORT or STEER arrives (here, or taken by a parallel call of the agent, which
-    // clears the record) or the bound passes (under the runtime's time limit).
-    if verdict.pause.is_some() && verdict.abort.is_none() && event == Event::PreTool {
+    // A PAUSE in force before a tool call or at the end of a turn: hold the call, sleeping on
+    // filesystem events, until a RESUME, ABORT or STEER arrives (here, or taken by a parallel
+    // call of the agent, which clears the record) or the bound passes (under the runtime's
+    // time limit).
+    if verdict.pause.is_some()
+        && verdict.abort.is_none()
+        && matches!(event, Event::PreTool | Event::Stop)
+    {
         let deadline = Instant::now() + args.pause_wait;
         while verdict.pause.is_some() && verdict.abort.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -456,10 +554,37 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let pause_text = match (&verdict.pause, &verdict.abort) {
-        (Some(p), None) => p.get("line").and_then(Value::as_str).map(str::to_string),
+        (Some(p), None) => p.get("line").and_then(Value::as_str).map(|line| {
+            // Said once: in the answer that hands the PAUSE over again, not in every answer
+            // while it is in force (a record written by an earlier version may carry it).
+            let line = line.strip_suffix(AGAIN).unwrap_or(line);
+            let id = p.get("id").and_then(Value::as_str);
+            let again = delivered.iter().any(|s| {
+                s.signal_type == SignalType::Pause
+                    && s.redelivery() > 0
+                    && Some(s.id.as_str()) == id
+            });
+            if again {
+                format!("{line}{AGAIN}")
+            } else {
+                line.to_string()
+            }
+        }),
         _ => None,
     };
-    let answer = answer(args.runtime, event, &verdict, pause_text.as_deref());
+    let at_stop = AtStop {
+        keep_alive: event == Event::Stop
+            && pause_text.is_some()
+            && verdict
+                .pause
+                .as_ref()
+                .is_some_and(|p| within(p, args.pause_keep)),
+        resumed: event == Event::Stop
+            && (held.is_some() || delivered.iter().any(|s| s.signal_type == SignalType::Pause))
+            && verdict.pause.is_none()
+            && verdict.abort.is_none(),
+    };
+    let answer = answer(runtime, event, &verdict, pause_text.as_deref(), at_stop);
     if let Some(a) = &answer {
         let mut out = std::io::stdout().lock();
         let written = serde_json::to_writer(&mut out, a)

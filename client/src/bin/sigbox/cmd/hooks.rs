@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+
+mod jsonc;
 
 use super::hook::Event;
 use crate::cli::{HooksCmd, HooksPlace, Runtime};
@@ -34,46 +36,48 @@ pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<E
         HooksCmd::Uninstall { runtime, place } => (runtime, place, None),
     };
     let file = settings_file(runtime, &place)?;
-    let old = read_settings(runtime, &file)?;
-    let mut new = old.clone().unwrap_or_else(|| match runtime {
-        Runtime::Copilot => json!({"version": 1, "hooks": {}}),
-        _ => json!({}),
-    });
-    let removed = remove_ours(runtime, &quoted_root(root)?, &mut new);
-    // An uninstall that empties `hooks` leaves no `hooks: {}` behind where there was none
-    // before (Copilot's file keeps it: it is the file's whole point).
-    let had_hooks = |v: &Value| {
-        v.get("hooks")
-            .and_then(Value::as_object)
-            .is_some_and(|h| !h.is_empty())
-    };
-    if entry.is_none()
-        && runtime != Runtime::Copilot
-        && !new.get("hooks").is_some_and(|_| had_hooks(&new))
-        && new.get("hooks").is_some()
-        && let Some(o) = new.as_object_mut()
-    {
-        o.remove("hooks");
+    let install = entry.is_some();
+    if install && runtime == Runtime::Codex {
+        refuse_inline_codex_hooks(&file)?;
     }
+    let loaded = load(runtime, &file, place.dry_run)?;
+    let existed = loaded.is_some();
+    let (mut text, bom, raw) = match loaded {
+        Some(l) => (l.text, l.bom, Some(l.raw)),
+        None => (new_file(runtime).to_string(), false, None),
+    };
+    let old_value = if existed {
+        Some(parsed(&file, &text)?.root.value())
+    } else {
+        None
+    };
+    if install {
+        check_shape(runtime, &file, &text)?;
+    }
+    let removed = remove_ours(runtime, &quoted_root(root)?, &file, &mut text)?;
     let mut added = 0;
     if let Some((agent, state)) = &entry {
         for &event in Event::installed(runtime) {
             let command = command_line(root, runtime, agent, state.as_deref(), event)?;
-            add(runtime, &mut new, event, command, &file)?;
+            add(runtime, &file, &mut text, event, command)?;
             added += 1;
         }
     }
-    let changed = old.as_ref() != Some(&new) && !(old.is_none() && entry.is_none());
-    let action = if entry.is_some() {
-        "install"
-    } else {
-        "uninstall"
+    let new_value = parsed(&file, &text)?.root.value();
+    // A byte-order mark is dropped at install: the runtimes read the file as JSON, which has
+    // none, and ignore a file that starts with one.
+    let changed = match &old_value {
+        Some(old) => *old != new_value || (install && bom),
+        None => install,
     };
+    if bom && !install {
+        text.insert(0, '\u{feff}');
+    }
+    let action = if install { "install" } else { "uninstall" };
     if place.dry_run {
-        let text = serde_json::to_string_pretty(&new).expect("JSON serializes");
         out.emit_lines(
             &json!({"action": action, "file": path_json(&file), "changed": changed,
-                    "dry_run": true, "content": new}),
+                    "dry_run": true, "content": new_value}),
             || {
                 if !changed {
                     return vec![format!("{}: nothing to change", file.display())];
@@ -86,18 +90,31 @@ pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<E
         return Ok(ExitCode::SUCCESS);
     }
     if changed {
-        write_settings(&file, old.is_some(), &new)?;
+        write_settings(&file, raw.as_deref(), text.as_bytes())?;
     }
     // Replaced by the same entries: nothing was added or removed.
     let (added, removed) = if changed { (added, removed) } else { (0, 0) };
+    let dropped_bom = changed && install && bom;
     out.emit(
         &json!({"action": action, "file": path_json(&file), "changed": changed,
-                "added": added, "removed": removed}),
-        || match (entry.is_some(), changed) {
-            (true, true) => format!("installed {added} sigbox hook(s) in {}", file.display()),
-            (true, false) => format!("already installed in {}", file.display()),
-            (false, true) => format!("removed {removed} sigbox hook(s) from {}", file.display()),
-            (false, false) => format!("no sigbox hook in {}", file.display()),
+                "added": added, "removed": removed, "dropped_bom": dropped_bom}),
+        || {
+            let line = match (install, changed) {
+                (true, true) => format!("installed {added} sigbox hook(s) in {}", file.display()),
+                (true, false) => format!("already installed in {}", file.display()),
+                (false, true) => {
+                    format!("removed {removed} sigbox hook(s) from {}", file.display())
+                }
+                (false, false) => format!("no sigbox hook in {}", file.display()),
+            };
+            if dropped_bom {
+                format!(
+                    "{line} (and dropped the byte-order mark it started with, which the runtime \
+                     cannot read)"
+                )
+            } else {
+                line
+            }
         },
     )?;
     Ok(ExitCode::SUCCESS)
@@ -234,146 +251,320 @@ fn is_ours(runtime: Runtime, root: &str, command: &str) -> bool {
             .contains(&format!(" hook {} --as ", runtime.as_str()))
 }
 
-/// The file as JSON, `None` when it does not exist; refused (untouched) when it is not a JSON
-/// object whose `hooks` is an object of arrays.
-fn read_settings(runtime: Runtime, file: &Path) -> anyhow::Result<Option<Value>> {
-    let meta = match std::fs::symlink_metadata(file) {
+/// A settings file's text, as read.
+struct Loaded {
+    /// The text, without a byte-order mark; what a new file starts as for a file with
+    /// nothing but blank space in it.
+    text: String,
+    /// It started with a byte-order mark.
+    bom: bool,
+    /// The bytes read, as they were: the backup.
+    raw: Vec<u8>,
+}
+
+/// What a file that does not exist (or holds nothing) starts as.
+fn new_file(runtime: Runtime) -> &'static str {
+    match runtime {
+        Runtime::Copilot => "{\n  \"version\": 1,\n  \"hooks\": {}\n}\n",
+        _ => "{}\n",
+    }
+}
+
+/// The runtime's name, as its users know it.
+fn product(runtime: Runtime) -> &'static str {
+    match runtime {
+        Runtime::Claude => "Claude Code",
+        Runtime::Codex => "Codex",
+        Runtime::Copilot => "Copilot",
+    }
+}
+
+/// The file's text, `None` when it does not exist. Refused (untouched) when it is a symbolic
+/// link (but for `--dry-run`, which writes nothing and reads what it points to) or not a
+/// regular file, is over [`MAX_SETTINGS`], or is not UTF-8; a file of blank space only is
+/// read as a new one (nothing in it to keep).
+fn load(runtime: Runtime, file: &Path, dry_run: bool) -> anyhow::Result<Option<Loaded>> {
+    let mut meta = match std::fs::symlink_metadata(file) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(anyhow::Error::new(e).context(format!("{}", file.display()))),
     };
+    if meta.file_type().is_symlink() && dry_run {
+        meta = std::fs::metadata(file).with_context(|| format!("{}", file.display()))?;
+    }
+    if meta.file_type().is_symlink() {
+        let to = std::fs::read_link(file)
+            .map(|t| t.display().to_string())
+            .unwrap_or_else(|_| "?".into());
+        bail!(
+            "{}: a symbolic link (to {to}); sigbox replaces a settings file by an atomic rename, \
+             which would replace the link: put the file itself in its place (or add sigbox's \
+             entries to {to} by hand: --dry-run prints them), then run again; left untouched",
+            file.display()
+        );
+    }
     if !meta.is_file() {
-        bail!("{}: not a regular file; left untouched", file.display());
+        bail!(
+            "{}: not a regular file, so {} reads no settings from it: move it aside, then run \
+             again; left untouched",
+            file.display(),
+            product(runtime)
+        );
+    }
+    // Opened without blocking (a FIFO put there meanwhile would hang an open) or following a
+    // link put there meanwhile, then checked again on what was opened.
+    let mut flags = rustix::fs::OFlags::NONBLOCK;
+    if !dry_run {
+        flags |= rustix::fs::OFlags::NOFOLLOW;
+    }
+    let opened = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags.bits() as i32)
+            .open(file)
+            .with_context(|| format!("{}", file.display()))?
+    };
+    let meta = opened
+        .metadata()
+        .with_context(|| format!("{}", file.display()))?;
+    if !meta.is_file() {
+        bail!(
+            "{}: not a regular file, so {} reads no settings from it: move it aside, then run \
+             again; left untouched",
+            file.display(),
+            product(runtime)
+        );
     }
     if meta.len() > MAX_SETTINGS {
         bail!(
-            "{}: over {MAX_SETTINGS} bytes; left untouched",
+            "{}: over {MAX_SETTINGS} bytes, more than a settings file holds; left untouched",
             file.display()
         );
     }
-    let bytes = std::fs::read(file).with_context(|| format!("{}", file.display()))?;
-    let v: Value = serde_json::from_slice(&bytes).with_context(|| {
-        format!(
-            "{}: not valid JSON; left untouched (fix it, then install again)",
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(&opened, MAX_SETTINGS + 1),
+        &mut bytes,
+    )
+    .with_context(|| format!("{}", file.display()))?;
+    if bytes.len() as u64 > MAX_SETTINGS {
+        bail!(
+            "{}: over {MAX_SETTINGS} bytes, more than a settings file holds; left untouched",
             file.display()
+        );
+    }
+    let raw = bytes.clone();
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not UTF-8 text (byte {}), which {} reads: save it as UTF-8, then run again; \
+             left untouched",
+            file.display(),
+            e.utf8_error().valid_up_to(),
+            product(runtime)
         )
     })?;
-    let Value::Object(obj) = &v else {
-        bail!("{}: not a JSON object; left untouched", file.display());
+    let (text, bom) = match text.strip_prefix('\u{feff}') {
+        Some(rest) => (rest.to_string(), true),
+        None => (text, false),
     };
-    match obj.get("hooks") {
-        None => {}
-        Some(Value::Object(events)) => {
-            for (event, groups) in events {
-                if !groups.is_array() {
-                    bail!(
-                        "{}: hooks.{event} is not an array; left untouched",
-                        file.display()
-                    );
-                }
-            }
-        }
-        Some(_) => bail!(
-            "{}: `hooks` is not an object; left untouched",
-            file.display()
-        ),
+    if text.trim().is_empty() {
+        // Nothing to keep: an install writes the file whole, an uninstall finds nothing.
+        return Ok(Some(Loaded {
+            text: new_file(runtime).to_string(),
+            bom,
+            raw,
+        }));
     }
-    // Copilot ignores a hooks file whose version is not 1: hooks added there would never run.
-    if runtime == Runtime::Copilot && obj.get("version") != Some(&json!(1)) {
+    Ok(Some(Loaded { text, bom, raw }))
+}
+
+/// `text` parsed, or the refusal naming the place of the error.
+fn parsed(file: &Path, text: &str) -> anyhow::Result<jsonc::Doc> {
+    jsonc::parse(text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not valid JSON: {e}; left untouched (fix it, then run again)",
+            file.display()
+        )
+    })
+}
+
+/// Refuses (untouched) a file an install could not make the runtime read, saying what to do:
+/// comments or trailing commas (each runtime reads strict JSON and ignores the whole file), a
+/// root that is not an object, a `hooks` or a `hooks.EVENT` sigbox writes to holding another
+/// thing than the runtime reads there (`null`, and an empty array for `hooks`, hold nothing
+/// and are replaced), a Copilot file whose `version` is not 1.
+fn check_shape(runtime: Runtime, file: &Path, text: &str) -> anyhow::Result<()> {
+    let doc = parsed(file, text)?;
+    let name = product(runtime);
+    let first_comment = doc.comments.first().map(|c| (c.0, "a comment"));
+    let first_comma = doc
+        .trailing_commas
+        .first()
+        .map(|&c| (c, "a trailing comma"));
+    if let Some((at, what)) = [first_comment, first_comma].into_iter().flatten().min() {
+        let (line, col) = jsonc::line_col(text, at);
+        let more = doc.comments.len() + doc.trailing_commas.len() - 1;
+        let more = if more > 0 {
+            format!(" (and {more} more comment(s) or trailing comma(s))")
+        } else {
+            String::new()
+        };
         bail!(
-            "{}: `version` is not 1, so Copilot would not run its hooks; left untouched",
+            "{}: {what} at line {line}, column {col}{more}: {name} reads this file as strict \
+             JSON and ignores the whole of it while it has comments or trailing commas, so \
+             hooks added here would never run: remove them (sigbox then changes nothing else \
+             in the file), and run again; left untouched",
             file.display()
         );
     }
-    Ok(Some(v))
+    let at = |n: &jsonc::Node| {
+        let (l, c) = jsonc::line_col(text, n.start);
+        format!("line {l}, column {c}")
+    };
+    let jsonc::Kind::Object(_) = &doc.root.kind else {
+        bail!(
+            "{}: holds {}, not an object of settings, so {name} reads no hooks from it: move it \
+             aside, then run again; left untouched",
+            file.display(),
+            doc.root.what()
+        );
+    };
+    if runtime == Runtime::Copilot {
+        let version = doc.root.member("version").map(|(_, m)| m.value.value());
+        if version != Some(json!(1)) {
+            bail!(
+                "{}: {}, and Copilot ignores a hooks file whose `version` is not 1: if its \
+                 hooks are meant to run, set \"version\": 1 in it, else move it aside; then run \
+                 again; left untouched",
+                file.display(),
+                match version {
+                    None => "no `version`".to_string(),
+                    Some(v) => format!("`version` is {v}"),
+                }
+            );
+        }
+    }
+    let Some((_, hooks)) = doc.root.member("hooks") else {
+        return Ok(());
+    };
+    match &hooks.value.kind {
+        jsonc::Kind::Object(_) => {}
+        jsonc::Kind::Scalar(Value::Null) => return Ok(()),
+        jsonc::Kind::Array(items) if items.is_empty() => return Ok(()),
+        _ => bail!(
+            "{}: `hooks` ({}) holds {}, where {name} reads an object of event names, each \
+             with a list of hooks: move that value under another key (or replace it by {{}}), \
+             then run again; left untouched",
+            file.display(),
+            at(&hooks.value),
+            hooks.value.what()
+        ),
+    }
+    for &event in Event::installed(runtime) {
+        let key = event.name(runtime);
+        if let Some((_, m)) = hooks.value.member(key) {
+            match &m.value.kind {
+                jsonc::Kind::Array(_) | jsonc::Kind::Scalar(Value::Null) => {}
+                _ => bail!(
+                    "{}: `hooks.{key}` ({}) holds {}, where {name} reads a list of hooks: put \
+                     it in a list ([ ... ]) or remove it, then run again; left untouched",
+                    file.display(),
+                    at(&m.value),
+                    m.value.what()
+                ),
+            }
+        }
+    }
+    Ok(())
 }
 
-/// Removes every sigbox entry for `runtime`, and the groups and events left empty by it.
-/// Returns how many entries it removed.
-fn remove_ours(runtime: Runtime, root: &str, settings: &mut Value) -> usize {
-    let Some(Value::Object(events)) = settings.get_mut("hooks") else {
-        return 0;
-    };
+/// Removes every sigbox entry for `runtime` from `text`, and the groups and events (and, but
+/// in Copilot's own file, the `hooks` object) that their removal leaves empty: each removal
+/// takes the entry's bytes and its separator, nothing else. Returns how many it removed.
+fn remove_ours(
+    runtime: Runtime,
+    root: &str,
+    file: &Path,
+    text: &mut String,
+) -> anyhow::Result<usize> {
     let mut removed = 0;
-    let names: Vec<String> = events.keys().cloned().collect();
-    for name in names {
-        let Some(Value::Array(groups)) = events.get_mut(&name) else {
-            continue;
+    loop {
+        let doc = parsed(file, text)?;
+        let Some((hooks_at, hooks)) = doc.root.member("hooks") else {
+            break;
         };
-        let before = groups.len();
-        let mut kept = Vec::new();
-        for mut g in std::mem::take(groups) {
-            match runtime {
-                // Copilot: the entries are the hooks themselves.
-                Runtime::Copilot => {
-                    let cmd = g.get("bash").and_then(Value::as_str).unwrap_or_default();
-                    if is_ours(runtime, root, cmd) {
-                        removed += 1;
-                    } else {
-                        kept.push(g);
+        let jsonc::Kind::Object(events) = &hooks.value.kind else {
+            break;
+        };
+        let ours = |h: &jsonc::Node, key: &str| {
+            h.value()
+                .get(key)
+                .and_then(Value::as_str)
+                .is_some_and(|c| is_ours(runtime, root, c))
+        };
+        let mut found = None;
+        'find: for (ei, ev) in events.iter().enumerate() {
+            let jsonc::Kind::Array(groups) = &ev.value.kind else {
+                continue;
+            };
+            for (gi, g) in groups.iter().enumerate() {
+                if runtime == Runtime::Copilot {
+                    // Copilot: the entries are the hooks themselves.
+                    if ours(g, "bash") {
+                        found = Some((ei, gi, None, 1));
+                        break 'find;
                     }
+                    continue;
                 }
                 // Claude Code and Codex: groups of `{matcher, hooks: [...]}`.
-                _ => {
-                    if let Some(Value::Array(hooks)) = g.get_mut("hooks") {
-                        let n = hooks.len();
-                        hooks.retain(|h| {
-                            !is_ours(
-                                runtime,
-                                root,
-                                h.get("command").and_then(Value::as_str).unwrap_or_default(),
-                            )
-                        });
-                        removed += n - hooks.len();
-                        if hooks.is_empty() && n > 0 {
-                            continue;
-                        }
-                    }
-                    kept.push(g);
+                let Some((_, list)) = g.member("hooks") else {
+                    continue;
+                };
+                let jsonc::Kind::Array(hs) = &list.value.kind else {
+                    continue;
+                };
+                let mine: Vec<usize> = (0..hs.len()).filter(|&i| ours(&hs[i], "command")).collect();
+                if mine.len() == hs.len() && !hs.is_empty() {
+                    found = Some((ei, gi, None, mine.len()));
+                    break 'find;
+                }
+                if let Some(&first) = mine.first() {
+                    found = Some((ei, gi, Some((&list.value, first)), 1));
+                    break 'find;
                 }
             }
         }
-        let now_empty = kept.is_empty() && before > 0;
-        *groups = kept;
-        if now_empty {
-            events.remove(&name);
-        }
+        let Some((ei, gi, inner, n)) = found else {
+            break;
+        };
+        removed += n;
+        let jsonc::Kind::Array(groups) = &events[ei].value.kind else {
+            unreachable!("found in an array");
+        };
+        // The outermost container the removal would leave empty goes instead.
+        let edits = match inner {
+            Some((list, i)) => doc.remove(text, list, i),
+            None if groups.len() > 1 => doc.remove(text, &events[ei].value, gi),
+            None if events.len() > 1 || runtime == Runtime::Copilot => {
+                doc.remove(text, &hooks.value, ei)
+            }
+            None => doc.remove(text, &doc.root, hooks_at),
+        };
+        *text = jsonc::apply(text, edits);
     }
-    removed
+    Ok(removed)
 }
 
-/// Adds sigbox's entry for `event`.
+/// Adds sigbox's entry for `event` at the end of its list, laid out as the file is.
 fn add(
     runtime: Runtime,
-    settings: &mut Value,
+    file: &Path,
+    text: &mut String,
     event: Event,
     command: String,
-    file: &Path,
 ) -> anyhow::Result<()> {
-    let obj = settings
-        .as_object_mut()
-        .with_context(|| format!("{}: not a JSON object", file.display()))?;
-    let hooks = obj
-        .entry("hooks")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if hooks.is_null() {
-        *hooks = Value::Object(Map::new());
-    }
-    let events = hooks
-        .as_object_mut()
-        .with_context(|| format!("{}: `hooks` is not an object", file.display()))?;
-    let list = events
-        .entry(event.name(runtime))
-        .or_insert_with(|| Value::Array(Vec::new()))
-        .as_array_mut()
-        .with_context(|| {
-            format!(
-                "{}: hooks.{} is not an array",
-                file.display(),
-                event.name(runtime)
-            )
-        })?;
-    list.push(match runtime {
+    let entry = match runtime {
         Runtime::Copilot => json!({"type": "command", "bash": command, "timeoutSec": TIMEOUT_S}),
         _ => {
             let hook = json!({"type": "command", "command": command, "timeout": TIMEOUT_S});
@@ -383,14 +574,126 @@ fn add(
                 _ => json!({"hooks": [hook]}),
             }
         }
-    });
+    };
+    let key = event.name(runtime);
+    let doc = parsed(file, text)?;
+    let piece = |key: Option<&str>, value: Value| jsonc::Piece {
+        key: key.map(str::to_string),
+        value,
+    };
+    let edit = match doc.root.member("hooks") {
+        None => doc.insert(
+            text,
+            &doc.root,
+            &piece(Some("hooks"), json!({ key: [entry] })),
+        ),
+        Some((_, hooks)) => match &hooks.value.kind {
+            jsonc::Kind::Object(_) => match hooks.value.member(key) {
+                None => doc.insert(text, &hooks.value, &piece(Some(key), json!([entry]))),
+                Some((_, m)) => match &m.value.kind {
+                    jsonc::Kind::Array(_) => doc.insert(text, &m.value, &piece(None, entry)),
+                    // `null` holds nothing: the list replaces it.
+                    _ => doc.replace(text, &m.value, &piece(None, json!([entry]))),
+                },
+            },
+            // `null` or `[]` holds nothing: the object replaces it.
+            _ => doc.replace(text, &hooks.value, &piece(None, json!({ key: [entry] }))),
+        },
+    };
+    *text = jsonc::apply(text, vec![edit]);
     Ok(())
 }
 
-/// Writes `settings` to `file` atomically (a staged file fsynced, renamed over, the
-/// directory fsynced), the old file kept beside it as `<file>.sigbox-backup` (itself staged
-/// and renamed into place, after the new file is staged).
-fn write_settings(file: &Path, existed: bool, settings: &Value) -> anyhow::Result<()> {
+/// Refuses to write Codex's `hooks.json` beside a `config.toml` that defines hooks inline:
+/// Codex loads both but warns at every start ("loading hooks from both ...; prefer a single
+/// representation for this layer"). `[hooks.state]`, where Codex records which hooks are
+/// trusted, is not a definition.
+fn refuse_inline_codex_hooks(hooks_json: &Path) -> anyhow::Result<()> {
+    let config = hooks_json.with_file_name("config.toml");
+    let Ok(text) = std::fs::read_to_string(&config) else {
+        return Ok(());
+    };
+    let Some((line, what)) = inline_toml_hooks(&text) else {
+        return Ok(());
+    };
+    bail!(
+        "{}: line {line} ({what}) defines hooks inline, and Codex advises one representation \
+         per layer (with both files it warns at every start: \"prefer a single representation \
+         for this layer\"): move those tables into {} (each [[hooks.EVENT]] becomes an entry \
+         of \"hooks\": {{\"EVENT\": [...]}}), then run again; or keep config.toml and add \
+         sigbox's entries to it by hand (--dry-run prints them); nothing was written",
+        config.display(),
+        hooks_json.display()
+    );
+}
+
+/// The first hook definition in a `config.toml` (a table or key under `hooks` other than
+/// `hooks.state`): its line number and text. A line scan that knows tables, comments and
+/// multi-line strings, which is all the question needs.
+fn inline_toml_hooks(text: &str) -> Option<(usize, String)> {
+    /// The dotted key path of `s` (`hooks . "PreToolUse"` is `[hooks, PreToolUse]`).
+    fn path(s: &str) -> Vec<String> {
+        let mut parts = Vec::new();
+        let mut cur = String::new();
+        let mut quote: Option<char> = None;
+        for c in s.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => cur.push(c),
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '.') => parts.push(std::mem::take(&mut cur).trim().to_string()),
+                (None, c) => cur.push(c),
+            }
+        }
+        parts.push(cur.trim().to_string());
+        parts
+    }
+    let defines = |p: &[String]| {
+        p.first().is_some_and(|h| h == "hooks") && p.get(1).is_none_or(|e| e != "state")
+    };
+    let mut table: Vec<String> = Vec::new();
+    let mut in_string: Option<&str> = None;
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if let Some(delim) = in_string {
+            if line.matches(delim).count() % 2 == 1 {
+                in_string = None;
+            }
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(head) = line.strip_prefix('[') {
+            let head = head.strip_prefix('[').unwrap_or(head);
+            let end = head.find(']').unwrap_or(head.len());
+            table = path(&head[..end]);
+            if table.len() >= 2 && defines(&table) {
+                return Some((n + 1, line.to_string()));
+            }
+            continue;
+        }
+        // A key, by its path from the root.
+        if let Some(eq) = line.find('=') {
+            let mut key = table.clone();
+            key.extend(path(&line[..eq]));
+            if (key.len() >= 2 && defines(&key)) || key == ["hooks"] {
+                return Some((n + 1, line.to_string()));
+            }
+            for delim in ["\"\"\"", "'''"] {
+                if line[eq..].matches(delim).count() % 2 == 1 {
+                    in_string = Some(delim);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Writes `bytes` to `file` atomically (a staged file fsynced, renamed over, the directory
+/// fsynced), the old file's bytes (`old`, as read) kept beside it as `<file>.sigbox-backup`
+/// (itself staged and renamed into place, after the new file is staged).
+fn write_settings(file: &Path, old: Option<&[u8]>, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
     let name = file.file_name().unwrap_or_default().to_string_lossy();
@@ -404,16 +707,13 @@ fn write_settings(file: &Path, existed: bool, settings: &Value) -> anyhow::Resul
         staged.as_file().sync_all()?;
         Ok(staged)
     };
-    let mut bytes = serde_json::to_vec_pretty(settings).expect("JSON serializes");
-    bytes.push(b'\n');
     // The new file first: if it cannot be staged, nothing (the backup included) is touched.
-    let staged = stage(&bytes)?;
-    if existed {
+    let staged = stage(bytes)?;
+    if let Some(old) = old {
         // The backup is renamed into place like the file itself: whatever is at its name (a
         // symlink, a FIFO planted there) is replaced, never followed or opened.
-        let old = std::fs::read(file).with_context(|| format!("{}", file.display()))?;
         let backup = dir.join(format!("{name}.sigbox-backup"));
-        stage(&old)?
+        stage(old)?
             .persist(&backup)
             .map_err(|e| e.error)
             .with_context(|| format!("{}: cannot write the backup", backup.display()))?;
