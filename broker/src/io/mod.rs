@@ -589,7 +589,7 @@ impl Io {
         if self.durability == Durability::RelaxedNoFsync {
             return Ok(());
         }
-        self.effect(FsOp::SyncDir(path), || dir.sync_all())
+        self.effect(FsOp::SyncDir(path), || self.sync_dir_serialized(dir))
             .map_err(|e| {
                 self.poison();
                 Error::io(
@@ -598,6 +598,28 @@ impl Io {
                     e,
                 )
             })
+    }
+
+    /// `fsync` of a directory, one process of the root at a time where renames are not
+    /// atomic across directories (ext2, ext4 without a journal: [`Io::link_claims`]). There a
+    /// directory's fsync writes the buffers on its list (`fsync_buffers_list`), and a second
+    /// fsync of the same directory that finds the list emptied by the first returns at once,
+    /// before the first one's writes have reached the disk: a `send` could return with its
+    /// name not yet durable. The lock is the root directory's own `flock`, which nothing else
+    /// takes.
+    fn sync_dir_serialized(&self, dir: &File) -> io::Result<()> {
+        let root = match self.link_claims() {
+            true => self.root(),
+            false => None,
+        };
+        let locked = root.as_ref().is_some_and(|r| {
+            rustix::fs::flock(r.as_ref(), rustix::fs::FlockOperation::LockExclusive).is_ok()
+        });
+        let synced = dir.sync_all();
+        if locked && let Some(r) = &root {
+            let _ = rustix::fs::flock(r.as_ref(), rustix::fs::FlockOperation::Unlock);
+        }
+        synced
     }
 
     /// Renames without replacing the destination.

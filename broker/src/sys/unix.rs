@@ -280,6 +280,12 @@ impl AsFd for Dir {
     }
 }
 
+impl AsFd for Root {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl Dir {
     /// The directory as a [`File`] with an open file description of its own (for listing,
     /// `fsync` and `flock`: a kept descriptor's offset and locks are not shared).
