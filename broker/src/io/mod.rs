@@ -553,7 +553,9 @@ impl Io {
         if self.durability == Durability::RelaxedNoFsync {
             return Ok(());
         }
-        self.effect(FsOp::SyncFile(path), || file.sync_all())
+        // A new file's fsync writes its directory's buffers too (ext4 without a journal):
+        // under the same lock as a directory's fsync.
+        self.effect(FsOp::SyncFile(path), || self.sync_serialized(file))
             .map_err(|e| {
                 self.poison();
                 Error::io(path, "fsync failed; this handle now refuses writes", e)
@@ -589,7 +591,7 @@ impl Io {
         if self.durability == Durability::RelaxedNoFsync {
             return Ok(());
         }
-        self.effect(FsOp::SyncDir(path), || self.sync_dir_serialized(dir))
+        self.effect(FsOp::SyncDir(path), || self.sync_serialized(dir))
             .map_err(|e| {
                 self.poison();
                 Error::io(
@@ -600,14 +602,15 @@ impl Io {
             })
     }
 
-    /// `fsync` of a directory, one process of the root at a time where renames are not
-    /// atomic across directories (ext2, ext4 without a journal: [`Io::link_claims`]). There a
-    /// directory's fsync writes the buffers on its list (`fsync_buffers_list`), and a second
-    /// fsync of the same directory that finds the list emptied by the first returns at once,
-    /// before the first one's writes have reached the disk: a `send` could return with its
-    /// name not yet durable. The lock is the root directory's own `flock`, which nothing else
-    /// takes.
-    fn sync_dir_serialized(&self, dir: &File) -> io::Result<()> {
+    /// `fsync`, one process of the root at a time where renames are not atomic across
+    /// directories (ext2, ext4 without a journal: [`Io::link_claims`]). There a directory's
+    /// fsync, and a new file's (which syncs its directory too), writes the buffers on the
+    /// directory's list (`fsync_buffers_list`); a second fsync of the same directory that
+    /// finds the list emptied by the first returns at once, before the first one's writes have
+    /// reached the disk: a `send` could return with its name not yet durable, or a stage's
+    /// removal not durable while its inode is used again. The lock is the root directory's
+    /// own `flock`, which nothing else takes.
+    fn sync_serialized(&self, dir: &File) -> io::Result<()> {
         let root = match self.link_claims() {
             true => self.root(),
             false => None,
