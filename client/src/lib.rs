@@ -55,10 +55,12 @@
 
 mod checkpoint;
 mod durations;
+mod env;
 mod watch;
 
 pub use checkpoint::{Checkpoint, Notes, WaitMode};
 pub use durations::{MAX_SETTLE, parse_duration, parse_settle};
+pub use env::{DEFAULT_ROOT, DEFAULT_SETTLE, root_from, settle_from};
 pub use watch::{DirWatch, Waiter, deadline_after};
 
 pub use sigbox;

@@ -182,10 +182,18 @@ impl Default for Waiter {
     }
 }
 
-/// The instant `timeout` from now; `None` (no deadline) without a timeout, and for one too far
-/// away to represent, which is as good as waiting for ever.
+/// The instant `timeout` from now; `None` (no deadline) without a timeout. A timeout too far
+/// away to represent (`--timeout 99999999999h`) saturates: the deadline is a hundred years
+/// away, as good as for ever, and still a deadline (a wait with a timeout never becomes a
+/// look without one).
 pub fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
-    timeout.and_then(|t| Instant::now().checked_add(t))
+    const FAR: Duration = Duration::from_secs(100 * 365 * 86_400);
+    timeout.map(|t| {
+        let now = Instant::now();
+        now.checked_add(t.min(FAR))
+            .or_else(|| now.checked_add(Duration::from_secs(86_400)))
+            .unwrap_or(now)
+    })
 }
 
 impl Waiter {
@@ -261,7 +269,7 @@ impl Waiter {
             let until = at
                 .duration_since(SystemTime::now())
                 .unwrap_or(Duration::ZERO);
-            sleep = sleep.min(until + self.margin);
+            sleep = sleep.min(until.saturating_add(self.margin));
         }
         if let Some(left) = left {
             sleep = sleep.min(left);

@@ -933,7 +933,10 @@ fn senders_are_refused_what_no_consumer_takes() {
         ),
         (vec!["send", "info", "x", "--from", "a\nb"], "--from"),
         (vec!["send", "info", "x", "--from", ""], "--from"),
-        (vec!["poll", "--as", "exe cutor"], "invalid agent name"),
+        (
+            vec!["poll", "--as", "exe cutor"],
+            "invalid agent name \"exe cutor\"",
+        ),
     ] {
         let out = env.run(&args);
         let err = stderr_line(&out);
@@ -1167,4 +1170,226 @@ fn ls_shows_claims_a_running_consumer_holds() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     mb.ack("Executor").unwrap();
     assert!(env.json_lines(&["ls"]).is_empty());
+}
+
+/// `ALL` names every agent at once: wherever one agent is named (`--as` of every command,
+/// `--target`, `tap --to`), the refusal says ALL is reserved for broadcasts, not a rule ALL
+/// satisfies; any other bad name is refused saying which character or length breaks the rule.
+#[test]
+fn all_is_reserved_for_broadcasts_wherever_an_agent_is_named() {
+    let env = Env::new();
+    for args in [
+        &["poll", "--as", "ALL"][..],
+        &["poll", "--as", "all"],
+        &["wait", "--as", "All", "--timeout", "1s"],
+        &["finish", "--as", "ALL"],
+        &["hooks", "install", "claude", "--as", "ALL", "--dry-run"],
+        &["hook", "claude", "--as", "ALL", "--strict"],
+    ] {
+        let mut child = env
+            .cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(br#"{"hook_event_name": "PreToolUse", "tool_name": "Bash"}"#);
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("reserved for broadcasts") && err.contains("--as"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("a letter then"), "{args:?}: {err}");
+    }
+    for (args, needle) in [
+        (&["poll", "--as", "exe.cutor"][..], "holds '.'"),
+        (&["poll", "--as", "1st"], "starts with '1'"),
+        (&["send", "info", "x", "--target", "a/b"], "holds '/'"),
+        (&["tap", "--to", "a b", "--", "true"], "holds ' '"),
+    ] {
+        let out = env.run(args);
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let long = "a".repeat(65);
+    let out = env.run(&["poll", "--as", &long]);
+    assert!(stderr_line(&out).contains("65 bytes long"));
+    // ALL as a target is the broadcast itself.
+    env.ok(&["send", "info", "x", "--target", "all"]);
+}
+
+/// One rule for every duration of every command and variable: a number and its unit. A bare
+/// number other than 0 is refused, both of its readings shown; `0` needs none.
+#[test]
+fn every_duration_needs_its_unit() {
+    let env = Env::new();
+    // Pending, so that a wait that took its duration would end at once, not after it.
+    env.ok(&["send", "info", "here", "--target", "Executor"]);
+    let wt = env.root.parent().unwrap().to_str().unwrap().to_string();
+    let cases: [(&[&str], &str); 8] = [
+        (&["wait", "--as", "Executor", "--timeout", "1500"], "1500"),
+        (&["wait", "--as", "Executor", "--poll", "2"], "2"),
+        (&["--settle", "2", "ls"], "2"),
+        (&["gc", "--older-than", "5"], "5"),
+        (
+            &["goblin", "watch", "--worktree", &wt, "--timeout", "0.5"],
+            "0.5",
+        ),
+        (
+            &["goblin", "watch", "--worktree", &wt, "--settle", "1"],
+            "1",
+        ),
+        (
+            &["mux", "check", "s", "--expected", "1", "--timeout", "1.5"],
+            "1.5",
+        ),
+        (
+            &[
+                "hook",
+                "claude",
+                "--as",
+                "Executor",
+                "--strict",
+                "--pause-wait",
+                "25",
+            ],
+            "25",
+        ),
+    ];
+    for (args, n) in cases {
+        let out = env.cmd(args).stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "write {n}s for {n} seconds or {n}ms for {n} milliseconds"
+            )),
+            "{args:?}: {err}"
+        );
+    }
+    // `0` is 0 in either reading.
+    env.ok(&["--settle", "0", "gc", "--older-than", "0"]);
+    let out = env.run(&["wait", "--as", "Executor", "--timeout", "0"]);
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// What the environment gives is refused naming the variable, and the option on the command
+/// line wins over it, even over a value that would be refused.
+#[test]
+fn variables_are_named_when_refused_and_options_win_over_them() {
+    let env = Env::new();
+    let root = env.root.to_str().unwrap();
+    for (var, value, needle) in [
+        ("SIGBOX_ROOT", "", "SIGBOX_ROOT is set but empty"),
+        ("SIGBOX_SETTLE", "2", "SIGBOX_SETTLE=\"2\" is refused"),
+        ("SIGBOX_SETTLE", "2h", "SIGBOX_SETTLE=\"2h\" is refused"),
+    ] {
+        let out = env.cmd(&["ls"]).env(var, value).output().unwrap();
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {err}");
+        assert!(err.contains(needle), "{var}={value}: {err}");
+        let out = env.cmd(&["--json", "ls"]).env(var, value).output().unwrap();
+        let e: Value = serde_json::from_str(stderr_line(&out).trim()).unwrap();
+        assert!(e["error"].as_str().unwrap().contains(needle), "{e}");
+        // The option wins, before or after the command's name.
+        for args in [
+            &["--root", root, "--settle", "1s", "ls"][..],
+            &["ls", "--root", root, "--settle", "1s"],
+        ] {
+            let out = env.cmd(args).env(var, value).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{var}={value} {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // A hook answers nothing, saying why.
+        let out = env
+            .cmd(&["hook", "claude", "--as", "Executor"])
+            .env(var, value)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        assert!(stderr_line(&out).contains(needle));
+    }
+    // A usage line never shows as required an option the environment gives.
+    let out = env.run(&["poll"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Usage: sigbox poll --as <AGENT>\n"), "{err}");
+}
+
+/// A timeout too long to represent is waited as for ever, by every command that waits: it
+/// never turns into no timeout at all (a single look, `incomplete` at once).
+#[test]
+fn a_timeout_too_long_to_represent_is_waited_as_for_ever() {
+    let env = Env::new();
+    let dir = env.root.parent().unwrap().to_path_buf();
+    let huge = "99999999999999999999h";
+    std::fs::create_dir_all(dir.join("s/.signals")).unwrap();
+    std::fs::create_dir_all(dir.join("wt/.goblin")).unwrap();
+    let waiting = |args: &[&str]| {
+        let child = env
+            .cmd(args)
+            .current_dir(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut child = child;
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "{args:?} did not wait: {:?}",
+            child.wait_with_output()
+        );
+        child
+    };
+    let mux = waiting(&["mux", "check", "s", "--expected", "1", "--timeout", huge]);
+    let goblin = waiting(&[
+        "goblin",
+        "watch",
+        "--worktree",
+        "wt",
+        "--once",
+        "--timeout",
+        huge,
+    ]);
+    let wait = waiting(&["wait", "--as", "Executor", "--timeout", huge]);
+    env.cmd(&["mux", "signal", "s/build", "--status", "success"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    std::fs::write(
+        dir.join("wt/.goblin/scope-complete"),
+        br#"{"summary": "x"}"#,
+    )
+    .unwrap();
+    env.ok(&["send", "info", "here", "--target", "Executor"]);
+    for (name, child) in [("mux", mux), ("goblin", goblin), ("wait", wait)] {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// `finish` says so when there is nothing to archive, rather than printing nothing.
+#[test]
+fn finish_says_when_there_is_nothing_to_archive() {
+    let env = Env::new();
+    assert_eq!(
+        env.ok(&["finish"]),
+        "nothing to archive: no broadcast is pending in inputs/\n"
+    );
+    assert!(env.json_lines(&["finish"]).is_empty());
 }

@@ -1089,3 +1089,50 @@ fn run_as_runtime_args(command: &str, root: &str, event: &[u8]) -> Output {
     child.stdin.take().unwrap().write_all(event).unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// A `--pause-wait` too long to represent holds the call as a long one would (until a RESUME),
+/// never an internal error.
+#[test]
+fn a_pause_wait_too_long_to_represent_holds_until_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("signals");
+    let mb = Mailbox::init(&root).unwrap();
+    send(&mb, SignalType::Pause, "hold on");
+    let mut holder = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["hook", "claude", "--as", "Executor", "--strict"])
+        .args(["--pause-wait", "99999999999999999999h"])
+        .env_remove("SIGBOX_ROOT")
+        .env_remove("SIGBOX_SETTLE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    holder
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fixture("claude", "PreToolUse"))
+        .unwrap();
+    let t = std::time::Instant::now();
+    while mb.paused("Executor").unwrap().is_none() && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "the call was not held: {:?}",
+        holder.wait_with_output()
+    );
+    send(&mb, SignalType::Resume, "go");
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("\"deny\""));
+}

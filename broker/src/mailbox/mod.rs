@@ -251,17 +251,13 @@ impl Mailbox {
     }
 
     fn check_agent(&self, agent: &str) -> Result<()> {
-        if crate::signal::valid_agent(agent) {
-            Ok(())
-        } else {
-            Err(Error::new(
+        match crate::signal::agent_name_problem(agent) {
+            None => Ok(()),
+            Some(why) => Err(Error::new(
                 ErrorKind::InvalidName,
                 Some(&self.layout.agents),
-                format!(
-                    "invalid agent name {agent:?}: a letter then up to 63 letters, digits, '_' \
-                     or '-'"
-                ),
-            ))
+                format!("invalid agent name {agent:?}: {why}"),
+            )),
         }
     }
 

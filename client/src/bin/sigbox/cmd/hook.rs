@@ -427,7 +427,9 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
     // a RESUME, ABORT or STEER arrives (here, or taken by a parallel call of the agent, which
     // clears the record) or the bound passes (under the runtime's time limit).
     if verdict.pause.is_some() && verdict.abort.is_none() && event == Event::PreTool {
-        let deadline = Instant::now() + args.pause_wait;
+        // Saturating: a `--pause-wait` too long to represent holds until the runtime's limit.
+        let deadline =
+            sigbox_client::deadline_after(Some(args.pause_wait)).unwrap_or_else(Instant::now);
         while verdict.pause.is_some() && verdict.abort.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
