@@ -327,7 +327,8 @@ fn gc_removes_only_stale_staging_files() {
     assert!(!stale.exists());
     // A crashed sender's staging file sits beside its destination; another writer's write in
     // progress there is not sigbox's to remove.
-    let own = env.inputs().join(".999.0123456789abcdef.send.tmp");
+    // (A pid over Linux's largest, 2^22: no process has it.)
+    let own = env.inputs().join(".4194399.0123456789abcdef.send.tmp");
     let theirs = env.inputs().join(".signal.260208-143000.yaml.tmp");
     std::fs::write(&own, "partial").unwrap();
     std::fs::write(&theirs, "partial").unwrap();
@@ -1392,4 +1393,66 @@ fn finish_says_when_there_is_nothing_to_archive() {
         "nothing to archive: no broadcast is pending in inputs/\n"
     );
     assert!(env.json_lines(&["finish"]).is_empty());
+}
+
+/// A stage whose writer still runs is a write in progress, never stale, whatever
+/// `--older-than` says: `gc --older-than 0s` in a loop beside real concurrent `sigbox send`
+/// processes fails none of them, and still removes what a dead writer left.
+#[test]
+fn gc_never_removes_the_stage_of_a_running_writer() {
+    let env = Env::new();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (sent, failed, removed) = std::thread::scope(|s| {
+        let gc = s.spawn(|| {
+            let mut removed = 0u64;
+            let mut runs = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || runs == 0 {
+                let v = env.json_lines(&["gc", "--older-than", "0s"]);
+                removed += v[0]["removed"].as_u64().unwrap();
+                runs += 1;
+            }
+            removed
+        });
+        let senders: Vec<_> = (0..6)
+            .map(|i| {
+                let env = &env;
+                s.spawn(move || {
+                    let mut failed = Vec::new();
+                    for n in 0..50 {
+                        let out =
+                            env.run(&["send", "info", &format!("{i}/{n}"), "--target", "Executor"]);
+                        if !out.status.success() {
+                            failed.push(String::from_utf8_lossy(&out.stderr).into_owned());
+                        }
+                    }
+                    failed
+                })
+            })
+            .collect();
+        let failed: Vec<String> = senders
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (300 - failed.len(), failed, gc.join().unwrap())
+    });
+    assert!(
+        failed.is_empty(),
+        "{} of 300 sends failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert_eq!(removed, 0, "gc removed a stage of a running send");
+    let got = env.json_lines(&["poll", "--as", "Executor"]);
+    assert_eq!(got.len(), sent);
+    // A stage of this (running) process is kept, however old; a dead writer's is removed.
+    let live = env
+        .inputs()
+        .join(format!(".{}.0123456789abcdef.send.tmp", std::process::id()));
+    let dead = env.inputs().join(".4194399.fedcba9876543210.send.tmp");
+    std::fs::write(&live, "in progress").unwrap();
+    std::fs::write(&dead, "left by a crash").unwrap();
+    let v = env.json_lines(&["gc", "--older-than", "0s"]);
+    assert_eq!(v[0]["removed"], 1);
+    assert!(live.exists() && !dead.exists());
 }
