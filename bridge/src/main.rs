@@ -68,6 +68,9 @@ pub(crate) struct Cli {
     /// The settle window in force: `--settle`, else `SIGBOX_SETTLE`, else 2 s.
     #[arg(skip)]
     pub(crate) settle: Duration,
+    /// `SIGBOX_DURABILITY`: durable (the default), or relaxed (no fsync: no crash guarantee).
+    #[arg(skip)]
+    pub(crate) durability: sigbox::Durability,
     /// More logging on stderr (-v: progress, -vv: every signal). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub(crate) verbose: u8,
@@ -94,10 +97,14 @@ fn parse_nats_duration(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
-    let options = sigbox_client::root_from(cli.root_flag.take())
-        .and_then(|root| Ok((root, sigbox_client::settle_from(cli.settle_flag.take())?)));
+    let options = sigbox_client::root_from(cli.root_flag.take()).and_then(|root| {
+        let settle = sigbox_client::settle_from(cli.settle_flag.take())?;
+        Ok((root, settle, sigbox_client::durability_from(None)?))
+    });
     match options {
-        Ok((root, settle)) => (cli.root, cli.settle) = (root, settle),
+        Ok((root, settle, durability)) => {
+            (cli.root, cli.settle, cli.durability) = (root, settle, durability)
+        }
         Err(why) => {
             eprintln!("sigbox bridge: {why}");
             return ExitCode::from(2);

@@ -58,3 +58,28 @@ pub fn settle_from(flag: Option<Duration>) -> Result<Duration, String> {
         }
     }
 }
+
+/// What `--durability` and `SIGBOX_DURABILITY` take, as refusals list them.
+const DURABILITIES: &str = "durable (the default: every write fsynced, crash-safe) or relaxed \
+                            (no fsync at all: no crash guarantee, for tmpfs and tests)";
+
+/// Whether writes wait for the disk: `--durability` (`flag`) when given; else
+/// `SIGBOX_DURABILITY` when set; else durable. `relaxed` is [`Durability::RelaxedNoFsync`]:
+/// no fsync at all, so a crash or power loss may lose or undo any recent send, claim or
+/// acknowledgement: for a root on tmpfs (which a reboot empties anyway) and for tests.
+///
+/// [`Durability::RelaxedNoFsync`]: sigbox::Durability::RelaxedNoFsync
+pub fn durability_from(flag: Option<&str>) -> Result<sigbox::Durability, String> {
+    let (text, from) = match flag {
+        Some(f) => (f.to_string(), "--durability"),
+        None => match std::env::var_os("SIGBOX_DURABILITY") {
+            None => return Ok(sigbox::Durability::Durable),
+            Some(v) => (v.to_string_lossy().into_owned(), "SIGBOX_DURABILITY"),
+        },
+    };
+    match text.trim().to_ascii_lowercase().as_str() {
+        "durable" => Ok(sigbox::Durability::Durable),
+        "relaxed" => Ok(sigbox::Durability::RelaxedNoFsync),
+        _ => Err(format!("{from} {text:?} is refused: write {DURABILITIES}")),
+    }
+}

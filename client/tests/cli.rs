@@ -1456,3 +1456,91 @@ fn gc_never_removes_the_stage_of_a_running_writer() {
     assert_eq!(v[0]["removed"], 1);
     assert!(live.exists() && !dead.exists());
 }
+
+/// `--durability relaxed` (or `SIGBOX_DURABILITY=relaxed`) makes no fsync at all (counted with
+/// strace, skipped where it is missing); durable, the default, does; a mode it does not know
+/// is refused naming where it came from.
+#[test]
+fn relaxed_durability_makes_no_fsync() {
+    let env = Env::new();
+    let out = env
+        .cmd(&["ls"])
+        .env("SIGBOX_DURABILITY", "fast")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr_line(&out);
+    assert!(
+        err.contains("SIGBOX_DURABILITY \"fast\"") && err.contains("relaxed"),
+        "{err}"
+    );
+    let out = env.run(&["--durability", "fast", "ls"]);
+    assert_eq!(out.status.code(), Some(2));
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("strace is not installed: fsyncs not counted");
+        return;
+    }
+    let trace = env.root.parent().unwrap().join("trace");
+    let fsyncs = |args: &[&str], var: Option<&str>| {
+        let mut c = Command::new("strace");
+        c.args(["-f", "-qq", "-e", "trace=fsync,fdatasync", "-o"])
+            .arg(&trace)
+            .arg(BIN)
+            .args(args)
+            .env("SIGBOX_ROOT", &env.root)
+            .env_remove("SIGBOX_SETTLE")
+            .env_remove("SIGBOX_DURABILITY");
+        if let Some(v) = var {
+            c.env("SIGBOX_DURABILITY", v);
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(&trace).unwrap().lines().count()
+    };
+    if fsyncs(&["send", "info", "x", "--target", "Executor"], None) == 0 {
+        eprintln!("strace sees no fsync here (ptrace refused?): not counted");
+        return;
+    }
+    assert_eq!(
+        fsyncs(
+            &[
+                "--durability",
+                "relaxed",
+                "send",
+                "info",
+                "y",
+                "--target",
+                "Executor"
+            ],
+            None
+        ),
+        0
+    );
+    assert_eq!(
+        fsyncs(
+            &["send", "info", "z", "--target", "Executor"],
+            Some("relaxed")
+        ),
+        0
+    );
+    assert_eq!(fsyncs(&["poll", "--as", "Executor"], Some("RELAXED")), 0);
+    assert!(
+        fsyncs(
+            &[
+                "send",
+                "info",
+                "w",
+                "--target",
+                "Executor",
+                "--durability",
+                "durable"
+            ],
+            Some("relaxed")
+        ) > 0,
+        "the option wins"
+    );
+}

@@ -617,8 +617,9 @@ fn run() -> anyhow::Result<()> {
     }
     let root = sigbox_client::root_from(args.root.clone()).map_err(anyhow::Error::msg)?;
     let settle = sigbox_client::settle_from(args.settle).map_err(anyhow::Error::msg)?;
+    let durability = sigbox_client::durability_from(None).map_err(anyhow::Error::msg)?;
     let mut opts = sigbox::MailboxOptions::new();
-    opts.settle(settle);
+    opts.settle(settle).durability(durability);
     let mut cp =
         Checkpoint::with_options(&opts, &root, &agent).map_err(|e| anyhow::anyhow!("{e}"))?;
     cp.state(args.state.as_deref());

@@ -27,6 +27,11 @@ pub(crate) struct Cli {
     /// [env: SIGBOX_SETTLE] [default: 2s]. The option wins over the variable.
     #[arg(long, global = true, value_parser = parse_settle)]
     pub(crate) settle: Option<Duration>,
+    /// durable (the default: every write fsynced before it counts, crash-safe) or relaxed (no
+    /// fsync at all: NO CRASH GUARANTEE, a crash or power loss may lose or undo any recent
+    /// send, claim or ack; for a root on tmpfs and for tests) [env: SIGBOX_DURABILITY].
+    #[arg(long, global = true, value_name = "MODE", ignore_case = true, value_parser = ["durable", "relaxed"])]
+    pub(crate) durability: Option<String>,
     /// More logging on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,

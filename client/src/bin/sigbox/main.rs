@@ -25,12 +25,19 @@ fn main() -> ExitCode {
     let json = cli.json;
     // The options the environment gives when the command line does not: refused as a command
     // line is (a hook answers nothing).
-    let options = sigbox_client::root_from(cli.root.clone())
-        .and_then(|root| Ok((root, sigbox_client::settle_from(cli.settle)?)));
-    let (root, settle) = match options {
+    let options = sigbox_client::root_from(cli.root.clone()).and_then(|root| {
+        let settle = sigbox_client::settle_from(cli.settle)?;
+        Ok((
+            root,
+            settle,
+            sigbox_client::durability_from(cli.durability.as_deref())?,
+        ))
+    });
+    let (root, settle, durability) = match options {
         Ok(o) => o,
         Err(why) => return refused(json, &why),
     };
+    cmd::set_options(settle, durability);
     match run(cli, root, settle) {
         Ok(code) => code,
         Err(err) => {
@@ -167,7 +174,6 @@ fn run(
     settle: std::time::Duration,
 ) -> anyhow::Result<ExitCode> {
     init_tracing(cli.verbose, cli.json);
-    cmd::set_settle(settle);
     cmd::set_verbose(cli.verbose > 0);
     cmd::set_json(cli.json);
     // `tap` writes the child's output from its own threads: it must not run while this thread
