@@ -1544,3 +1544,26 @@ fn relaxed_durability_makes_no_fsync() {
         "the option wins"
     );
 }
+
+/// The remedy spec/mailbox.md §5 gives for a file written and renamed within one clock tick:
+/// its modification time made older before the rename, it is read at once by a `poll`, every
+/// time, whatever the settle window.
+#[test]
+fn a_file_backdated_before_its_rename_is_read_at_once_by_poll() {
+    let env = Env::new().with_settle("1h");
+    let tmp = env.root.parent().unwrap().join("t.json");
+    for i in 0..20 {
+        std::fs::write(
+            &tmp,
+            format!(r#"{{"type":"INFO","target":"Executor","message":"{i}"}}"#),
+        )
+        .unwrap();
+        let f = std::fs::File::options().write(true).open(&tmp).unwrap();
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(1))
+            .unwrap();
+        drop(f);
+        std::fs::rename(&tmp, env.inputs().join(format!("f{i}.json"))).unwrap();
+        let got = env.json_lines(&["poll", "--as", "Executor"]);
+        assert_eq!(got.len(), 1, "file {i} was not read at once");
+    }
+}
