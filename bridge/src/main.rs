@@ -28,8 +28,12 @@ use sigbox_client::{parse_duration, parse_settle};
     after_help = "Examples:\n  sigbox bridge --nats nats://10.0.0.5:4222 --root /srv/signals --mailbox pipeline\n  sigbox bridge --root /srv/signals status"
 )]
 pub(crate) struct Cli {
-    /// The mailbox root.
-    #[arg(long, env = "SIGBOX_ROOT", default_value = "signals", global = true)]
+    /// The mailbox root [env: SIGBOX_ROOT] [default: signals]; the option wins over the
+    /// variable.
+    #[arg(long = "root", value_name = "ROOT", global = true)]
+    root_flag: Option<PathBuf>,
+    /// The mailbox root in force: `--root`, else `SIGBOX_ROOT`, else `signals`.
+    #[arg(skip)]
     pub(crate) root: PathBuf,
     /// The NATS server (or several, comma-separated), e.g. nats://127.0.0.1:4222.
     #[arg(long, env = "SIGBOX_NATS", global = true)]
@@ -49,17 +53,24 @@ pub(crate) struct Cli {
     #[arg(long, default_value_t = 1)]
     pub(crate) replicas: usize,
     /// How long the server waits for an import's acknowledgement before delivering it again.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_nats_duration)]
     pub(crate) ack_wait: Duration,
     /// The stream's de-duplication window (by signal id) when this bridge creates it.
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    #[arg(long, default_value = "24h", value_parser = parse_nats_duration)]
     pub(crate) dedup_window: Duration,
     /// How long broadcasts stay in the stream for hosts that join later.
-    #[arg(long, default_value = "168h", value_parser = parse_duration)]
+    #[arg(long, default_value = "168h", value_parser = parse_nats_duration)]
     pub(crate) broadcast_age: Duration,
     /// The settle window for files written in place (as every sigbox command takes it).
-    #[arg(long, env = "SIGBOX_SETTLE", default_value = "2s", value_parser = parse_settle, global = true)]
+    /// [env: SIGBOX_SETTLE] [default: 2s]; the option wins over the variable.
+    #[arg(long = "settle", value_name = "SETTLE", value_parser = parse_settle, global = true)]
+    settle_flag: Option<Duration>,
+    /// The settle window in force: `--settle`, else `SIGBOX_SETTLE`, else 2 s.
+    #[arg(skip)]
     pub(crate) settle: Duration,
+    /// `SIGBOX_DURABILITY`: durable (the default), or relaxed (no fsync: no crash guarantee).
+    #[arg(skip)]
+    pub(crate) durability: sigbox::Durability,
     /// More logging on stderr (-v: progress, -vv: every signal). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub(crate) verbose: u8,
@@ -78,8 +89,27 @@ pub(crate) enum Command {
     },
 }
 
+/// A duration the NATS server keeps (in nanoseconds, at most `i64::MAX`: 292 years): as every
+/// sigbox duration reads it, one too long to send saturating at that, as good as for ever.
+fn parse_nats_duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map(|d| d.min(Duration::from_nanos(i64::MAX as u64)))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    let options = sigbox_client::root_from(cli.root_flag.take()).and_then(|root| {
+        let settle = sigbox_client::settle_from(cli.settle_flag.take())?;
+        Ok((root, settle, sigbox_client::durability_from(None)?))
+    });
+    match options {
+        Ok((root, settle, durability)) => {
+            (cli.root, cli.settle, cli.durability) = (root, settle, durability)
+        }
+        Err(why) => {
+            eprintln!("sigbox bridge: {why}");
+            return ExitCode::from(2);
+        }
+    }
     init_tracing(cli.verbose);
     let result = match &cli.command {
         Some(Command::Status { json }) => status::run(&cli, *json),

@@ -158,7 +158,7 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     let names = Names::new(cli.mailbox.as_deref().unwrap_or(DEFAULT_MAILBOX))?;
     let host = names::host_name(cli.host.as_deref())?;
     let mut opts = MailboxOptions::new();
-    opts.settle(cli.settle);
+    opts.settle(cli.settle).durability(cli.durability);
     let mb = opts.open(&cli.root)?;
     let Some(_lock) = mb.bridge_lock()? else {
         bail!(

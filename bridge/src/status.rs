@@ -14,7 +14,7 @@ use crate::names::Names;
 
 pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
     let mut opts = MailboxOptions::new();
-    opts.settle(cli.settle);
+    opts.settle(cli.settle).durability(cli.durability);
     let mb = opts.open(&cli.root)?;
     let state: Option<Value> = match mb.bridge_state()? {
         Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {

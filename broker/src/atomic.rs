@@ -374,6 +374,27 @@ pub(crate) fn is_claim_twin(name: &OsStr) -> bool {
     is_stage_name(name) && name.to_str().is_some_and(|n| n.ends_with(".claim.tmp"))
 }
 
+/// The id of the process that made a [`stage_name`] (`.<pid>.<16 hex>.<hint>.tmp`); `None`
+/// for any other name.
+pub(crate) fn stage_pid(name: &OsStr) -> Option<u32> {
+    if !is_stage_name(name) {
+        return None;
+    }
+    name.to_str()?
+        .strip_prefix('.')?
+        .split('.')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// True when the stage `name` may be a write in progress: a [`stage_name`] whose writer still
+/// runs on this host (in this pid namespace). `gc` never removes such a stage, however old:
+/// the writer is about to rename it into place, and removing it would fail the write.
+pub(crate) fn stage_writer_alive(name: &OsStr) -> bool {
+    stage_pid(name).is_some_and(crate::sys::process_alive)
+}
+
 /// True for a name [`stage_name`] makes: `.<pid>.<16 hex>.<hint>.tmp`. `gc` removes only these
 /// outside `tmp/`, never another writer's write in progress.
 pub(crate) fn is_stage_name(name: &OsStr) -> bool {

@@ -352,7 +352,11 @@ fn parse_yaml_body(text: &str) -> std::result::Result<Value, String> {
 }
 
 /// YAML limits: a body is a handful of fields, so anything deep or alias-heavy is hostile.
-/// YAML 1.2 booleans only (`yes`/`no`/`on`/`off` are text) and duplicate keys refused.
+/// YAML 1.2 booleans only (`yes`/`no`/`on`/`off` are text) and duplicate keys refused. A
+/// non-finite number (`.inf`, `-.inf`, `.nan`, or a literal too large for a double such as
+/// `1e999`), which JSON cannot hold, is read as the string of its canonical YAML spelling
+/// (`.inf`, `-.inf`, `.nan`): kept in a field sigbox does not know, refused by name in one it
+/// does (spec/mailbox.md §3.3).
 fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         budget: serde_saphyr::budget! {
@@ -367,6 +371,7 @@ fn yaml_options() -> serde_saphyr::Options {
         strict_booleans: true,
         leading_zero_numbers_as_strings: true,
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+        non_finite_float_policy: serde_saphyr::options::NonFiniteFloatPolicy::AsString,
     }
 }
 

@@ -56,11 +56,14 @@ pub(crate) fn ns_of(t: SystemTime) -> i128 {
 }
 
 /// The instant `ns` nanoseconds after the Unix epoch (before it when negative).
+/// Saturating: an instant past what `u64` nanoseconds hold (the year 2554, reached by a settle
+/// window of centuries) is that far instant, never one wrapped around into the past.
 pub(crate) fn time_of(ns: i128) -> SystemTime {
+    let far = |n: i128| Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX));
     if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+        UNIX_EPOCH + far(ns)
     } else {
-        UNIX_EPOCH - Duration::from_nanos((-ns) as u64)
+        UNIX_EPOCH - far(-ns)
     }
 }
 

@@ -280,7 +280,10 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             continue;
         }
         if crate::atomic::is_stage_name(&e.name) {
-            stale_stages += 1;
+            // Its writer still running: a write in progress, not a leftover.
+            if !crate::atomic::stage_writer_alive(&e.name) {
+                stale_stages += 1;
+            }
             continue;
         }
         out.push(Finding {

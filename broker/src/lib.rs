@@ -72,7 +72,7 @@ pub use mailbox::{
     MailboxOptions, Outgoing, Pass, PassControl, PauseLock, Pending, Presence, Problem,
     ProblemKind, Rejection, SHARED_DIR_MODE, SHARED_FILE_MODE,
 };
-pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, valid_agent};
+pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, agent_name_problem, valid_agent};
 
 /// Internals exposed for the fuzz targets and property tests only: not part of the API, may
 /// change at any time.

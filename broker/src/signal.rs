@@ -119,6 +119,35 @@ pub fn valid_agent(name: &str) -> bool {
         && !name.eq_ignore_ascii_case("ALL")
 }
 
+/// Why `name` is not an agent name, as a reason that says what to write instead (the caller
+/// quotes the name before it); `None` when [`valid_agent`] accepts it. Every place that takes
+/// an agent name (a target, `--as`, the MCP server, the Python package) refuses with this
+/// reason.
+pub fn agent_name_problem(name: &str) -> Option<String> {
+    if valid_agent(name) {
+        return None;
+    }
+    const RULE: &str = "an agent name is an ASCII letter then up to 63 ASCII letters, digits, \
+                        '_' or '-'";
+    Some(if name.is_empty() {
+        format!("the name is empty: {RULE}")
+    } else if name.eq_ignore_ascii_case("ALL") {
+        "ALL is reserved for broadcasts (a signal sent to ALL reaches every agent at its own \
+         checkpoint), so no agent may be named so: use the agent's own name, such as Executor"
+            .to_string()
+    } else if name.len() > 64 {
+        format!("it is {} bytes long: {RULE} (64 in all)", name.len())
+    } else if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        format!("it holds {c:?}, which no agent name may: {RULE}")
+    } else {
+        let first = name.chars().next().unwrap_or(' ');
+        format!("it starts with {first:?}: {RULE}")
+    })
+}
+
 impl Target {
     /// Parses a target as written in a body: `ALL` (any case), an agent name, or empty/absent
     /// for none. Names that could escape the root or break canonical names are refused.
@@ -132,13 +161,9 @@ impl Target {
         if let Some(role) = ROLES.iter().find(|r| r.eq_ignore_ascii_case(s)) {
             return Ok(Target::Agent((*role).to_string()));
         }
-        if valid_agent(s) {
-            Ok(Target::Agent(s.to_string()))
-        } else {
-            Err(format!(
-                "invalid target {s:?}: an agent name is a letter then up to 63 letters, digits, \
-                 '_' or '-' (no '/', '..', dots or control characters)"
-            ))
+        match agent_name_problem(s) {
+            None => Ok(Target::Agent(s.to_string())),
+            Some(why) => Err(format!("invalid target {s:?}: {why}")),
         }
     }
 

@@ -217,7 +217,7 @@ impl Checkpoint {
         }
         self.watched = Some(now);
         if let Err(e) = self.waiter.watch(&dirs) {
-            tracing::warn!(error = %e, "no filesystem events here; polling every second");
+            tracing::warn!("{}", crate::watch::no_events_reason(&e, POLL));
             self.poll_from_now_on();
         }
         Ok(())

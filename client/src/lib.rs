@@ -55,11 +55,13 @@
 
 mod checkpoint;
 mod durations;
+mod env;
 mod watch;
 
 pub use checkpoint::{Checkpoint, Notes, WaitMode};
 pub use durations::{MAX_SETTLE, parse_duration, parse_settle};
-pub use watch::{DirWatch, Waiter, deadline_after};
+pub use env::{DEFAULT_ROOT, DEFAULT_SETTLE, durability_from, root_from, settle_from};
+pub use watch::{DirWatch, Waiter, deadline_after, no_events_reason};
 
 pub use sigbox;
 

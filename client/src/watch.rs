@@ -20,6 +20,45 @@ pub(crate) const POLL: Duration = Duration::from_secs(1);
 /// The shortest poll interval: a shorter one (`--poll 0`) would spin a core.
 pub(crate) const MIN_POLL: Duration = Duration::from_millis(10);
 
+/// Why a watch could not be set up, and what it means, as one line: which kernel limit was
+/// reached (the inotify watches or instances, the open-file limit) and which setting raises
+/// it, or the error itself; then that the wait falls back to looking every `every`.
+pub fn no_events_reason(e: &notify::Error, every: Duration) -> String {
+    let every = if every.subsec_millis() == 0 {
+        format!("{} s", every.as_secs())
+    } else {
+        format!("{} ms", every.as_millis())
+    };
+    let why = match &e.kind {
+        notify::ErrorKind::MaxFilesWatch => "the inotify watch limit is reached \
+             (fs.inotify.max_user_watches, shared by every process of this user): raise it, \
+             such as `sysctl fs.inotify.max_user_watches=524288`, or end the processes that \
+             hold watches"
+            .to_string(),
+        notify::ErrorKind::Io(io) if io.raw_os_error() == Some(libc_emfile()) => "the inotify \
+             instance limit (fs.inotify.max_user_instances, shared by every process of this \
+             user) or this process's open-file limit (`ulimit -n`) is reached: raise it, such as \
+             `sysctl fs.inotify.max_user_instances=1024`"
+            .to_string(),
+        notify::ErrorKind::Io(io) if io.raw_os_error() == Some(libc_enfile()) => {
+            "the system's open-file limit is reached (fs.file-max): raise it".to_string()
+        }
+        _ => format!("no filesystem events here ({e})"),
+    };
+    format!("{why}; meanwhile looking every {every} instead of waiting on events")
+}
+
+/// `EMFILE`: too many open files in this process (or, from `inotify_init`, too many inotify
+/// instances for this user).
+fn libc_emfile() -> i32 {
+    rustix::io::Errno::MFILE.raw_os_error()
+}
+
+/// `ENFILE`: too many open files in the system.
+fn libc_enfile() -> i32 {
+    rustix::io::Errno::NFILE.raw_os_error()
+}
+
 /// An event-driven wait on a few directories: wakes when an entry is created, changed, renamed
 /// or removed in them (reads of the directories themselves never wake it), or when events
 /// overflowed and a rescan is due. Shared by every waiting command.
@@ -182,10 +221,18 @@ impl Default for Waiter {
     }
 }
 
-/// The instant `timeout` from now; `None` (no deadline) without a timeout, and for one too far
-/// away to represent, which is as good as waiting for ever.
+/// The instant `timeout` from now; `None` (no deadline) without a timeout. A timeout too far
+/// away to represent (`--timeout 99999999999h`) saturates: the deadline is a hundred years
+/// away, as good as for ever, and still a deadline (a wait with a timeout never becomes a
+/// look without one).
 pub fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
-    timeout.and_then(|t| Instant::now().checked_add(t))
+    const FAR: Duration = Duration::from_secs(100 * 365 * 86_400);
+    timeout.map(|t| {
+        let now = Instant::now();
+        now.checked_add(t.min(FAR))
+            .or_else(|| now.checked_add(Duration::from_secs(86_400)))
+            .unwrap_or(now)
+    })
 }
 
 impl Waiter {
@@ -261,7 +308,7 @@ impl Waiter {
             let until = at
                 .duration_since(SystemTime::now())
                 .unwrap_or(Duration::ZERO);
-            sleep = sleep.min(until + self.margin);
+            sleep = sleep.min(until.saturating_add(self.margin));
         }
         if let Some(left) = left {
             sleep = sleep.min(left);
@@ -280,6 +327,29 @@ impl Waiter {
 mod tests {
     use super::*;
     use notify::event::{AccessKind, CreateKind, EventKind, Flag, ModifyKind, RenameMode};
+
+    #[test]
+    fn a_limit_reached_is_named_with_the_setting_that_raises_it() {
+        let second = Duration::from_secs(1);
+        let why = no_events_reason(
+            &notify::Error::new(notify::ErrorKind::MaxFilesWatch),
+            second,
+        );
+        assert!(why.contains("inotify watch limit is reached"), "{why}");
+        assert!(why.contains("fs.inotify.max_user_watches"), "{why}");
+        assert!(why.contains("looking every 1 s"), "{why}");
+        assert!(!why.contains("no filesystem events"), "{why}");
+        let emfile = std::io::Error::from_raw_os_error(libc_emfile());
+        let why = no_events_reason(&notify::Error::io(emfile), Duration::from_millis(200));
+        assert!(why.contains("fs.inotify.max_user_instances"), "{why}");
+        assert!(why.contains("looking every 200 ms"), "{why}");
+        let other = notify::Error::generic("not supported");
+        let why = no_events_reason(&other, second);
+        assert!(
+            why.starts_with("no filesystem events here (not supported)"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn overflow_and_errors_rescan_reads_never_wake() {

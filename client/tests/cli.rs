@@ -327,7 +327,8 @@ fn gc_removes_only_stale_staging_files() {
     assert!(!stale.exists());
     // A crashed sender's staging file sits beside its destination; another writer's write in
     // progress there is not sigbox's to remove.
-    let own = env.inputs().join(".999.0123456789abcdef.send.tmp");
+    // (A pid over Linux's largest, 2^22: no process has it.)
+    let own = env.inputs().join(".4194399.0123456789abcdef.send.tmp");
     let theirs = env.inputs().join(".signal.260208-143000.yaml.tmp");
     std::fs::write(&own, "partial").unwrap();
     std::fs::write(&theirs, "partial").unwrap();
@@ -933,7 +934,10 @@ fn senders_are_refused_what_no_consumer_takes() {
         ),
         (vec!["send", "info", "x", "--from", "a\nb"], "--from"),
         (vec!["send", "info", "x", "--from", ""], "--from"),
-        (vec!["poll", "--as", "exe cutor"], "invalid agent name"),
+        (
+            vec!["poll", "--as", "exe cutor"],
+            "invalid agent name \"exe cutor\"",
+        ),
     ] {
         let out = env.run(&args);
         let err = stderr_line(&out);
@@ -1167,4 +1171,399 @@ fn ls_shows_claims_a_running_consumer_holds() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     mb.ack("Executor").unwrap();
     assert!(env.json_lines(&["ls"]).is_empty());
+}
+
+/// `ALL` names every agent at once: wherever one agent is named (`--as` of every command,
+/// `--target`, `tap --to`), the refusal says ALL is reserved for broadcasts, not a rule ALL
+/// satisfies; any other bad name is refused saying which character or length breaks the rule.
+#[test]
+fn all_is_reserved_for_broadcasts_wherever_an_agent_is_named() {
+    let env = Env::new();
+    for args in [
+        &["poll", "--as", "ALL"][..],
+        &["poll", "--as", "all"],
+        &["wait", "--as", "All", "--timeout", "1s"],
+        &["finish", "--as", "ALL"],
+        &["hooks", "install", "claude", "--as", "ALL", "--dry-run"],
+        &["hook", "claude", "--as", "ALL", "--strict"],
+    ] {
+        let mut child = env
+            .cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(br#"{"hook_event_name": "PreToolUse", "tool_name": "Bash"}"#);
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("reserved for broadcasts") && err.contains("--as"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("a letter then"), "{args:?}: {err}");
+    }
+    for (args, needle) in [
+        (&["poll", "--as", "exe.cutor"][..], "holds '.'"),
+        (&["poll", "--as", "1st"], "starts with '1'"),
+        (&["send", "info", "x", "--target", "a/b"], "holds '/'"),
+        (&["tap", "--to", "a b", "--", "true"], "holds ' '"),
+    ] {
+        let out = env.run(args);
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let long = "a".repeat(65);
+    let out = env.run(&["poll", "--as", &long]);
+    assert!(stderr_line(&out).contains("65 bytes long"));
+    // ALL as a target is the broadcast itself.
+    env.ok(&["send", "info", "x", "--target", "all"]);
+}
+
+/// One rule for every duration of every command and variable: a number and its unit. A bare
+/// number other than 0 is refused, both of its readings shown; `0` needs none.
+#[test]
+fn every_duration_needs_its_unit() {
+    let env = Env::new();
+    // Pending, so that a wait that took its duration would end at once, not after it.
+    env.ok(&["send", "info", "here", "--target", "Executor"]);
+    let wt = env.root.parent().unwrap().to_str().unwrap().to_string();
+    let cases: [(&[&str], &str); 8] = [
+        (&["wait", "--as", "Executor", "--timeout", "1500"], "1500"),
+        (&["wait", "--as", "Executor", "--poll", "2"], "2"),
+        (&["--settle", "2", "ls"], "2"),
+        (&["gc", "--older-than", "5"], "5"),
+        (
+            &["goblin", "watch", "--worktree", &wt, "--timeout", "0.5"],
+            "0.5",
+        ),
+        (
+            &["goblin", "watch", "--worktree", &wt, "--settle", "1"],
+            "1",
+        ),
+        (
+            &["mux", "check", "s", "--expected", "1", "--timeout", "1.5"],
+            "1.5",
+        ),
+        (
+            &[
+                "hook",
+                "claude",
+                "--as",
+                "Executor",
+                "--strict",
+                "--pause-wait",
+                "25",
+            ],
+            "25",
+        ),
+    ];
+    for (args, n) in cases {
+        let out = env.cmd(args).stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "write {n}s for {n} seconds or {n}ms for {n} milliseconds"
+            )),
+            "{args:?}: {err}"
+        );
+    }
+    // `0` is 0 in either reading.
+    env.ok(&["--settle", "0", "gc", "--older-than", "0"]);
+    let out = env.run(&["wait", "--as", "Executor", "--timeout", "0"]);
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// What the environment gives is refused naming the variable, and the option on the command
+/// line wins over it, even over a value that would be refused.
+#[test]
+fn variables_are_named_when_refused_and_options_win_over_them() {
+    let env = Env::new();
+    let root = env.root.to_str().unwrap();
+    for (var, value, needle) in [
+        ("SIGBOX_ROOT", "", "SIGBOX_ROOT is set but empty"),
+        ("SIGBOX_SETTLE", "2", "SIGBOX_SETTLE=\"2\" is refused"),
+        ("SIGBOX_SETTLE", "2h", "SIGBOX_SETTLE=\"2h\" is refused"),
+    ] {
+        let out = env.cmd(&["ls"]).env(var, value).output().unwrap();
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {err}");
+        assert!(err.contains(needle), "{var}={value}: {err}");
+        let out = env.cmd(&["--json", "ls"]).env(var, value).output().unwrap();
+        let e: Value = serde_json::from_str(stderr_line(&out).trim()).unwrap();
+        assert!(e["error"].as_str().unwrap().contains(needle), "{e}");
+        // The option wins, before or after the command's name.
+        for args in [
+            &["--root", root, "--settle", "1s", "ls"][..],
+            &["ls", "--root", root, "--settle", "1s"],
+        ] {
+            let out = env.cmd(args).env(var, value).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{var}={value} {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // A hook answers nothing, saying why.
+        let out = env
+            .cmd(&["hook", "claude", "--as", "Executor"])
+            .env(var, value)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        assert!(stderr_line(&out).contains(needle));
+    }
+    // A usage line never shows as required an option the environment gives.
+    let out = env.run(&["poll"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Usage: sigbox poll --as <AGENT>\n"), "{err}");
+}
+
+/// A timeout too long to represent is waited as for ever, by every command that waits: it
+/// never turns into no timeout at all (a single look, `incomplete` at once).
+#[test]
+fn a_timeout_too_long_to_represent_is_waited_as_for_ever() {
+    let env = Env::new();
+    let dir = env.root.parent().unwrap().to_path_buf();
+    let huge = "99999999999999999999h";
+    std::fs::create_dir_all(dir.join("s/.signals")).unwrap();
+    std::fs::create_dir_all(dir.join("wt/.goblin")).unwrap();
+    let waiting = |args: &[&str]| {
+        let child = env
+            .cmd(args)
+            .current_dir(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut child = child;
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "{args:?} did not wait: {:?}",
+            child.wait_with_output()
+        );
+        child
+    };
+    let mux = waiting(&["mux", "check", "s", "--expected", "1", "--timeout", huge]);
+    let goblin = waiting(&[
+        "goblin",
+        "watch",
+        "--worktree",
+        "wt",
+        "--once",
+        "--timeout",
+        huge,
+    ]);
+    let wait = waiting(&["wait", "--as", "Executor", "--timeout", huge]);
+    env.cmd(&["mux", "signal", "s/build", "--status", "success"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    std::fs::write(
+        dir.join("wt/.goblin/scope-complete"),
+        br#"{"summary": "x"}"#,
+    )
+    .unwrap();
+    env.ok(&["send", "info", "here", "--target", "Executor"]);
+    for (name, child) in [("mux", mux), ("goblin", goblin), ("wait", wait)] {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// `finish` says so when there is nothing to archive, rather than printing nothing.
+#[test]
+fn finish_says_when_there_is_nothing_to_archive() {
+    let env = Env::new();
+    assert_eq!(
+        env.ok(&["finish"]),
+        "nothing to archive: no broadcast is pending in inputs/\n"
+    );
+    assert!(env.json_lines(&["finish"]).is_empty());
+}
+
+/// A stage whose writer still runs is a write in progress, never stale, whatever
+/// `--older-than` says: `gc --older-than 0s` in a loop beside real concurrent `sigbox send`
+/// processes fails none of them, and still removes what a dead writer left.
+#[test]
+fn gc_never_removes_the_stage_of_a_running_writer() {
+    let env = Env::new();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (sent, failed, removed) = std::thread::scope(|s| {
+        let gc = s.spawn(|| {
+            let mut removed = 0u64;
+            let mut runs = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || runs == 0 {
+                let v = env.json_lines(&["gc", "--older-than", "0s"]);
+                removed += v[0]["removed"].as_u64().unwrap();
+                runs += 1;
+            }
+            removed
+        });
+        let senders: Vec<_> = (0..6)
+            .map(|i| {
+                let env = &env;
+                s.spawn(move || {
+                    let mut failed = Vec::new();
+                    for n in 0..50 {
+                        let out =
+                            env.run(&["send", "info", &format!("{i}/{n}"), "--target", "Executor"]);
+                        if !out.status.success() {
+                            failed.push(String::from_utf8_lossy(&out.stderr).into_owned());
+                        }
+                    }
+                    failed
+                })
+            })
+            .collect();
+        let failed: Vec<String> = senders
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (300 - failed.len(), failed, gc.join().unwrap())
+    });
+    assert!(
+        failed.is_empty(),
+        "{} of 300 sends failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert_eq!(removed, 0, "gc removed a stage of a running send");
+    let got = env.json_lines(&["poll", "--as", "Executor"]);
+    assert_eq!(got.len(), sent);
+    // A stage of this (running) process is kept, however old; a dead writer's is removed.
+    let live = env
+        .inputs()
+        .join(format!(".{}.0123456789abcdef.send.tmp", std::process::id()));
+    let dead = env.inputs().join(".4194399.fedcba9876543210.send.tmp");
+    std::fs::write(&live, "in progress").unwrap();
+    std::fs::write(&dead, "left by a crash").unwrap();
+    let v = env.json_lines(&["gc", "--older-than", "0s"]);
+    assert_eq!(v[0]["removed"], 1);
+    assert!(live.exists() && !dead.exists());
+}
+
+/// `--durability relaxed` (or `SIGBOX_DURABILITY=relaxed`) makes no fsync at all (counted with
+/// strace, skipped where it is missing); durable, the default, does; a mode it does not know
+/// is refused naming where it came from.
+#[test]
+fn relaxed_durability_makes_no_fsync() {
+    let env = Env::new();
+    let out = env
+        .cmd(&["ls"])
+        .env("SIGBOX_DURABILITY", "fast")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr_line(&out);
+    assert!(
+        err.contains("SIGBOX_DURABILITY \"fast\"") && err.contains("relaxed"),
+        "{err}"
+    );
+    let out = env.run(&["--durability", "fast", "ls"]);
+    assert_eq!(out.status.code(), Some(2));
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("strace is not installed: fsyncs not counted");
+        return;
+    }
+    let trace = env.root.parent().unwrap().join("trace");
+    let fsyncs = |args: &[&str], var: Option<&str>| {
+        let mut c = Command::new("strace");
+        c.args(["-f", "-qq", "-e", "trace=fsync,fdatasync", "-o"])
+            .arg(&trace)
+            .arg(BIN)
+            .args(args)
+            .env("SIGBOX_ROOT", &env.root)
+            .env_remove("SIGBOX_SETTLE")
+            .env_remove("SIGBOX_DURABILITY");
+        if let Some(v) = var {
+            c.env("SIGBOX_DURABILITY", v);
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(&trace).unwrap().lines().count()
+    };
+    if fsyncs(&["send", "info", "x", "--target", "Executor"], None) == 0 {
+        eprintln!("strace sees no fsync here (ptrace refused?): not counted");
+        return;
+    }
+    assert_eq!(
+        fsyncs(
+            &[
+                "--durability",
+                "relaxed",
+                "send",
+                "info",
+                "y",
+                "--target",
+                "Executor"
+            ],
+            None
+        ),
+        0
+    );
+    assert_eq!(
+        fsyncs(
+            &["send", "info", "z", "--target", "Executor"],
+            Some("relaxed")
+        ),
+        0
+    );
+    assert_eq!(fsyncs(&["poll", "--as", "Executor"], Some("RELAXED")), 0);
+    assert!(
+        fsyncs(
+            &[
+                "send",
+                "info",
+                "w",
+                "--target",
+                "Executor",
+                "--durability",
+                "durable"
+            ],
+            Some("relaxed")
+        ) > 0,
+        "the option wins"
+    );
+}
+
+/// The remedy spec/mailbox.md §5 gives for a file written and renamed within one clock tick:
+/// its modification time made older before the rename, it is read at once by a `poll`, every
+/// time, whatever the settle window.
+#[test]
+fn a_file_backdated_before_its_rename_is_read_at_once_by_poll() {
+    let env = Env::new().with_settle("1h");
+    let tmp = env.root.parent().unwrap().join("t.json");
+    for i in 0..20 {
+        std::fs::write(
+            &tmp,
+            format!(r#"{{"type":"INFO","target":"Executor","message":"{i}"}}"#),
+        )
+        .unwrap();
+        let f = std::fs::File::options().write(true).open(&tmp).unwrap();
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(1))
+            .unwrap();
+        drop(f);
+        std::fs::rename(&tmp, env.inputs().join(format!("f{i}.json"))).unwrap();
+        let got = env.json_lines(&["poll", "--as", "Executor"]);
+        assert_eq!(got.len(), 1, "file {i} was not read at once");
+    }
 }

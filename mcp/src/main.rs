@@ -41,16 +41,18 @@ struct Args {
     /// The agent this server checks in for.
     #[arg(long = "as")]
     agent: String,
-    /// Mailbox root directory.
-    #[arg(long, env = "SIGBOX_ROOT", default_value = "signals")]
-    root: PathBuf,
+    /// Mailbox root directory [env: SIGBOX_ROOT] [default: signals]; the option wins over
+    /// the variable.
+    #[arg(long)]
+    root: Option<PathBuf>,
     /// The agent's state (the orchestrator's approval states admit APPROVE and SKIP).
     #[arg(long)]
     state: Option<String>,
     /// How long a dropped file must be unchanged before it is read (spec/mailbox.md §5): a
-    /// number and a unit (250ms, 2s), or 0.
-    #[arg(long, env = "SIGBOX_SETTLE", default_value = "2s", value_parser = sigbox_client::parse_settle)]
-    settle: Duration,
+    /// number and its unit (250ms, 2s), or 0 [env: SIGBOX_SETTLE] [default: 2s]; the option
+    /// wins over the variable.
+    #[arg(long, value_parser = sigbox_client::parse_settle)]
+    settle: Option<Duration>,
     /// Push each signal into the session as it arrives, as a Claude Code channel
     /// (`notifications/claude/channel`, experimental capability `claude/channel`).
     #[arg(long)]
@@ -770,20 +772,21 @@ fn run() -> anyhow::Result<()> {
         .with_ansi(false)
         .init();
     let agent = args.agent.trim().to_string();
-    if !sigbox::valid_agent(&agent) {
-        anyhow::bail!(
-            "invalid agent name {agent:?} (--as): a letter then up to 63 letters, digits, '_' or '-'"
-        );
+    if let Some(why) = sigbox::agent_name_problem(&agent) {
+        anyhow::bail!("invalid agent name {agent:?} (--as): {why}");
     }
+    let root = sigbox_client::root_from(args.root.clone()).map_err(anyhow::Error::msg)?;
+    let settle = sigbox_client::settle_from(args.settle).map_err(anyhow::Error::msg)?;
+    let durability = sigbox_client::durability_from(None).map_err(anyhow::Error::msg)?;
     let mut opts = sigbox::MailboxOptions::new();
-    opts.settle(args.settle);
+    opts.settle(settle).durability(durability);
     let mut cp =
-        Checkpoint::with_options(&opts, &args.root, &agent).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Checkpoint::with_options(&opts, &root, &agent).map_err(|e| anyhow::anyhow!("{e}"))?;
     cp.state(args.state.as_deref());
     // The channel's own handle: its claims are exclusive with the tools' (one rename each).
     let pusher = if args.channel {
-        let mut p = Checkpoint::with_options(&opts, &args.root, &agent)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut p =
+            Checkpoint::with_options(&opts, &root, &agent).map_err(|e| anyhow::anyhow!("{e}"))?;
         p.state(args.state.as_deref());
         Some(p)
     } else {

@@ -93,6 +93,23 @@ class McpServer(unittest.TestCase):
     def run_async(self, coro):
         return anyio.run(lambda: coro)
 
+    def test_refusals_at_start_say_why_and_what_to_do(self):
+        def start(*args, env=None):
+            return subprocess.run([MCP_BIN, *args], stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=30,
+                                  env={**os.environ, **(env or {})})
+        out = start("--root", self.root, "--as", "ALL")
+        assert out.returncode == 2, out
+        assert "reserved for broadcasts" in out.stderr, out.stderr
+        out = start("--root", self.root, "--as", "exe.cutor")
+        assert out.returncode == 2 and "holds '.'" in out.stderr, out.stderr
+        out = start("--as", "Executor", env={"SIGBOX_ROOT": ""})
+        assert out.returncode == 2, out
+        assert "SIGBOX_ROOT is set but empty" in out.stderr, out.stderr
+        out = start("--root", self.root, "--as", "Executor", env={"SIGBOX_SETTLE": "2"})
+        assert out.returncode == 2, out
+        assert "SIGBOX_SETTLE" in out.stderr and "2s" in out.stderr and "2ms" in out.stderr, out.stderr
+
     def test_tools_are_few_and_described(self):
         async def go():
             async with server(self.root) as s:

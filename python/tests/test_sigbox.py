@@ -254,6 +254,19 @@ def test_roots_as_paths_and_bytes(tmp_path):
         assert [s.message for s in cp.poll()] == ["x"]
 
 
+def test_all_is_reserved_for_broadcasts_and_bad_names_say_why(root):
+    for name in ["ALL", "all"]:
+        with pytest.raises(sigbox.InvalidSignalError) as e:
+            Checkpoint(root, name)
+        assert "reserved for broadcasts" in e.value.reason, e.value.reason
+    with pytest.raises(sigbox.InvalidSignalError) as e:
+        Checkpoint(root, "exe.cutor")
+    assert "holds '.'" in e.value.reason, e.value.reason
+    with pytest.raises(sigbox.InvalidSignalError) as e:
+        sigbox.send(root, "steer", "x", target="a/b")
+    assert "holds '/'" in e.value.reason, e.value.reason
+
+
 def test_targets_are_checked_as_the_cli_checks_them(root):
     for bad in ["none", "None", "null", "-", "  ", "../x"]:
         with pytest.raises(sigbox.InvalidSignalError):

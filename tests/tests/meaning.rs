@@ -843,3 +843,61 @@ fn a_name_used_again_under_a_buffer_move_is_put_back() {
         Some("not for the Planner")
     );
 }
+
+/// A non-finite number (YAML's `.inf`, `-.inf`, `.nan`, or a literal too large for a double)
+/// has no JSON form: in a field sigbox does not know it is kept as the string of its canonical
+/// YAML spelling, and the signal is delivered; in a field sigbox reads it is refused, naming
+/// the field.
+#[test]
+fn yaml_non_finite_numbers_are_kept_as_text_or_refused_by_field() {
+    for (scalar, kept) in [
+        (".inf", ".inf"),
+        ("-.inf", "-.inf"),
+        (".nan", ".nan"),
+        (".NaN", ".nan"),
+        ("+.Inf", ".inf"),
+        ("1e999", ".inf"),
+    ] {
+        let yaml = format!(
+            "type: STEER\ntarget: Executor\nmessage: m\nweight: {scalar}\nmeta:\n  - {scalar}\n"
+        );
+        let (_tmp, mb) = dropped("n.yaml", yaml.as_bytes());
+        let pass = mb.pass("Executor", None).unwrap();
+        assert!(pass.rejected.is_empty(), "{scalar}: {:?}", pass.rejected);
+        assert_eq!(pass.delivered.len(), 1, "{scalar}");
+        let s = &pass.delivered[0];
+        assert_eq!(s.fields["weight"], serde_json::json!(kept), "{scalar}");
+        assert_eq!(s.fields["meta"], serde_json::json!([kept]), "{scalar}");
+        mb.ack("Executor").unwrap();
+        // The record in processed/ reads back the same.
+        let logged: Vec<_> = mb.processed().unwrap();
+        assert_eq!(logged.len(), 1, "{scalar}");
+        let rec = logged.into_iter().next().unwrap().unwrap();
+        assert_eq!(rec.fields["weight"], serde_json::json!(kept), "{scalar}");
+    }
+    // The text fields keep the scalar as written.
+    check(
+        "message: .inf",
+        "m.yaml",
+        b"type: STEER\ntarget: Executor\nmessage: .inf\n",
+        &Message(".inf"),
+    );
+    // A field sigbox reads refuses it by name.
+    for (field, body) in [
+        (
+            "`iteration`",
+            "type: STEER\ntarget: Executor\niteration: .inf\n",
+        ),
+        (
+            "`iteration`",
+            "type: STEER\ntarget: Executor\niteration: .nan\n",
+        ),
+        (
+            "`created_at`",
+            "type: STEER\ntarget: Executor\ncreated_at: -.inf\n",
+        ),
+        ("target", "type: STEER\ntarget: .nan\n"),
+    ] {
+        check(body, "k.yaml", body.as_bytes(), &Rejected(vec![field]));
+    }
+}

@@ -195,7 +195,9 @@ impl Mailbox {
     /// an agent that polls now and then is not present between its polls, but its signals
     /// may still be for this host.
     pub fn agents_seen(&self, linger: std::time::Duration) -> Result<Vec<(String, bool, i128)>> {
-        let since = crate::clock::ns_of(SystemTime::now() - linger);
+        // Saturating: a linger too long to subtract from now reaches back to any time.
+        let since = crate::clock::ns_of(SystemTime::now())
+            .saturating_sub(i128::try_from(linger.as_nanos()).unwrap_or(i128::MAX));
         let mut out = Vec::new();
         for e in self.io.list(&self.layout.agents, true)? {
             let Some(agent) = e.name.to_str().and_then(|n| n.strip_suffix(".lock")) else {

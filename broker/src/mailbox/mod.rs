@@ -251,17 +251,13 @@ impl Mailbox {
     }
 
     fn check_agent(&self, agent: &str) -> Result<()> {
-        if crate::signal::valid_agent(agent) {
-            Ok(())
-        } else {
-            Err(Error::new(
+        match crate::signal::agent_name_problem(agent) {
+            None => Ok(()),
+            Some(why) => Err(Error::new(
                 ErrorKind::InvalidName,
                 Some(&self.layout.agents),
-                format!(
-                    "invalid agent name {agent:?}: a letter then up to 63 letters, digits, '_' \
-                     or '-'"
-                ),
-            ))
+                format!("invalid agent name {agent:?}: {why}"),
+            )),
         }
     }
 
@@ -313,7 +309,8 @@ impl Mailbox {
     /// Removes staging files older than `age` that crashed writers left, at most `limit` per
     /// call: everything in `tmp/`, and sigbox's own staging names (`.<pid>.<hex>.<hint>.tmp`)
     /// in `inputs/`, `rejected/`, the ack directories, the claim slots and a bridge's
-    /// directories. Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
+    /// directories. A staging name whose writer (its pid) still runs on this host is never
+    /// removed, whatever its age: it is a write in progress (`spec/mailbox.md` §9.7). Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
     /// many inodes are freed (`spec/mailbox.md` §9.7): spread large clean-ups over time.
     pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
         let now = ns_of(SystemTime::now());
@@ -365,6 +362,11 @@ impl Mailbox {
                 }
                 // Outside tmp/, only regular files with sigbox's own staging names.
                 if only_stages && (e.kind != EntryKind::File || !atomic::is_stage_name(&e.name)) {
+                    continue;
+                }
+                // A stage whose writer still runs is a write in progress, however old (a
+                // writer stopped in a debugger, a disk that stalls): never stale.
+                if atomic::stage_writer_alive(&e.name) {
                     continue;
                 }
                 let p = dir.join(&e.name);

@@ -246,6 +246,21 @@ pub(crate) fn is_transient(e: &io::Error) -> bool {
 }
 
 /// True for "permission denied".
+/// True while a process with this id lives in this pid namespace (`kill(pid, 0)` finds it,
+/// whether or not it may be signalled; a zombie counts: it has not been reaped yet).
+pub(crate) fn process_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e != rustix::io::Errno::SRCH,
+    }
+}
+
 pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied
 }

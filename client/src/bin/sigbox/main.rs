@@ -23,7 +23,22 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let json = cli.json;
-    match run(cli) {
+    // The options the environment gives when the command line does not: refused as a command
+    // line is (a hook answers nothing).
+    let options = sigbox_client::root_from(cli.root.clone()).and_then(|root| {
+        let settle = sigbox_client::settle_from(cli.settle)?;
+        Ok((
+            root,
+            settle,
+            sigbox_client::durability_from(cli.durability.as_deref())?,
+        ))
+    });
+    let (root, settle, durability) = match options {
+        Ok(o) => o,
+        Err(why) => return refused(json, &why),
+    };
+    cmd::set_options(settle, durability);
+    match run(cli, root, settle) {
         Ok(code) => code,
         Err(err) => {
             if is_broken_pipe(&err) {
@@ -77,22 +92,42 @@ fn usage_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let wants_json = std::env::args_os().any(|a| a == "--json");
     let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
-    if !shown && is_hook() && !std::env::args_os().any(|a| a == "--strict") {
-        // A hook never breaks the agent (spec/hooks.md): a command line this version refuses
-        // (written by another version, a bad `SIGBOX_SETTLE`) answers nothing, exit 0.
-        let why = clap_line(&e);
-        cmd::set_json(wants_json);
-        cmd::mailbox::warn_line(
-            &serde_json::json!({"event": "hook_skipped", "reason": why}),
-            &format!("hook: {why}"),
-        );
-        return ExitCode::SUCCESS;
+    if !shown && hook_forgives() {
+        return hook_skipped(wants_json, &clap_line(&e));
     }
     if !wants_json || shown {
         e.exit();
     }
     report_error(true, &clap_line(&e), None);
     ExitCode::from(2)
+}
+
+/// A command line whose options the environment gave badly (`SIGBOX_ROOT` empty,
+/// `SIGBOX_SETTLE` refused): one line naming the variable, exit 2, or a hook that answers
+/// nothing.
+fn refused(json: bool, why: &str) -> ExitCode {
+    if hook_forgives() {
+        return hook_skipped(json, why);
+    }
+    report_error(json, why, None);
+    ExitCode::from(2)
+}
+
+/// True for a `hook` without `--strict`: a hook never breaks the agent (spec/hooks.md), so a
+/// command line this version refuses (written by another version, a bad `SIGBOX_SETTLE`)
+/// answers nothing, exit 0.
+fn hook_forgives() -> bool {
+    is_hook() && !std::env::args_os().any(|a| a == "--strict")
+}
+
+/// Says why the hook answered nothing; exit 0.
+fn hook_skipped(json: bool, why: &str) -> ExitCode {
+    cmd::set_json(json);
+    cmd::mailbox::warn_line(
+        &serde_json::json!({"event": "hook_skipped", "reason": why}),
+        &format!("hook: {why}"),
+    );
+    ExitCode::SUCCESS
 }
 
 /// clap's message without its usage and help hints, on one line.
@@ -133,19 +168,20 @@ fn is_hook() -> bool {
 }
 
 /// Routes the parsed command line to its command.
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+fn run(
+    cli: Cli,
+    root: std::path::PathBuf,
+    settle: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
     init_tracing(cli.verbose, cli.json);
-    cmd::set_settle(cli.settle);
-    let settle = cli.settle;
     cmd::set_verbose(cli.verbose > 0);
     cmd::set_json(cli.json);
     // `tap` writes the child's output from its own threads: it must not run while this thread
     // holds the stdout lock that `Out` keeps.
     if let Command::Tap { name, to, command } = &cli.command {
-        return cmd::tap::run(&cli.root, name, to, command, cli.json);
+        return cmd::tap::run(&root, name, to, command, cli.json);
     }
     let mut out = Out::new(cli.json);
-    let root = cli.root;
     let code = match cli.command {
         Command::Init { shared } => cmd::mailbox::init(&root, shared, &mut out)?,
         Command::Send(args) => cmd::mailbox::send(&root, args, &mut out)?,

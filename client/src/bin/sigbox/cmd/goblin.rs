@@ -164,7 +164,12 @@ fn watch(
     let mut watch = g.start_watch(stage, retries)?;
     let mut waiter = Waiter::new();
     waiter.settle_margin(Duration::from_millis(5));
-    let _ = waiter.watch(&[(g.dir(), false)]);
+    if let Err(e) = waiter.watch(&[(g.dir(), false)]) {
+        tracing::warn!(
+            "{}",
+            sigbox_client::no_events_reason(&e, Duration::from_secs(1))
+        );
+    }
     let deadline = sigbox_client::deadline_after(timeout);
     loop {
         let stage = watch.state().stage;

@@ -525,7 +525,9 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
         && verdict.abort.is_none()
         && matches!(event, Event::PreTool | Event::Stop)
     {
-        let deadline = Instant::now() + args.pause_wait;
+        // Saturating: a `--pause-wait` too long to represent holds until the runtime's limit.
+        let deadline =
+            sigbox_client::deadline_after(Some(args.pause_wait)).unwrap_or_else(Instant::now);
         while verdict.pause.is_some() && verdict.abort.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

@@ -780,7 +780,14 @@ fn exec_beside(
             path.display()
         );
     }
-    let err = std::process::Command::new(&path)
+    let mut cmd = std::process::Command::new(&path);
+    // The programs take the durability from the environment only.
+    if super::relaxed() {
+        cmd.env("SIGBOX_DURABILITY", "relaxed");
+    } else {
+        cmd.env_remove("SIGBOX_DURABILITY");
+    }
+    let err = cmd
         .arg("--root")
         .arg(root)
         .arg("--settle")

@@ -487,7 +487,14 @@ pub(crate) fn doctor(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn finish(root: &Path, agent: &str, out: &mut Out) -> anyhow::Result<ExitCode> {
-    for f in super::open(root)?.finish(agent)? {
+    let agent = agent_name(agent)?;
+    let finished = super::open(root)?.finish(&agent)?;
+    if finished.is_empty() && !out.json() {
+        // Said, so that silence is never mistaken for a command that did not run; under
+        // `--json` no line is the answer (one object per archived broadcast).
+        out.line("nothing to archive: no broadcast is pending in inputs/")?;
+    }
+    for f in finished {
         out.emit(
             &json!({"id": f.id, "status": f.status.as_str(), "unacked": f.unacked}),
             || match f.unacked.len() {
@@ -533,12 +540,15 @@ pub(crate) fn agent_name(name: &str) -> anyhow::Result<String> {
     if let Some(role) = sigbox::ROLES.iter().find(|r| r.eq_ignore_ascii_case(name)) {
         return Ok((*role).to_string());
     }
-    if sigbox::valid_agent(name) {
-        return Ok(name.to_string());
+    match sigbox::agent_name_problem(name) {
+        None => Ok(name.to_string()),
+        Some(why) if name.eq_ignore_ascii_case("ALL") => {
+            anyhow::bail!("invalid agent name {name:?} (--as): {why}")
+        }
+        Some(why) => anyhow::bail!(
+            "invalid agent name {name:?} (--as): {why}; the known roles ({}) are taken in any \
+             case",
+            sigbox::ROLES.join(", ")
+        ),
     }
-    anyhow::bail!(
-        "invalid agent name {name:?} (--as): one of {} (any case), or a letter then up to 63 \
-         letters, digits, '_' or '-'",
-        sigbox::ROLES.join(", ")
-    )
 }

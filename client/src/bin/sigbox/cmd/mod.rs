@@ -20,6 +20,14 @@ static OPTIONS: OnceLock<sigbox::MailboxOptions> = OnceLock::new();
 /// `-v` given at least once: commands say on stderr what they did besides their output.
 static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// `--durability relaxed` (or `SIGBOX_DURABILITY=relaxed`) in force: no fsync.
+static RELAXED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// True when the command runs without fsync ([`set_options`]).
+pub(crate) fn relaxed() -> bool {
+    RELAXED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// `--json` given: machine output everywhere, stderr included.
 static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -45,14 +53,19 @@ pub(crate) fn telling() -> bool {
         || std::io::IsTerminal::is_terminal(&std::io::stderr())
 }
 
-/// Sets the settle window (`--settle`, `SIGBOX_SETTLE`) for every mailbox the command opens.
-pub(crate) fn set_settle(settle: Duration) {
+/// Sets the settle window (`--settle`, `SIGBOX_SETTLE`) and the durability (`--durability`,
+/// `SIGBOX_DURABILITY`) for every mailbox the command opens.
+pub(crate) fn set_options(settle: Duration, durability: sigbox::Durability) {
+    RELAXED.store(
+        durability == sigbox::Durability::RelaxedNoFsync,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let mut opts = sigbox::MailboxOptions::new();
-    opts.settle(settle);
+    opts.settle(settle).durability(durability);
     let _ = OPTIONS.set(opts);
 }
 
-/// The options of [`set_settle`], or the defaults.
+/// The options of [`set_options`], or the defaults.
 pub(crate) fn options() -> sigbox::MailboxOptions {
     OPTIONS.get().cloned().unwrap_or_default()
 }

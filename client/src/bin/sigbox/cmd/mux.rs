@@ -31,6 +31,7 @@ pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
             let signals = dir.clone().unwrap_or_else(|| session.join(".signals"));
             let real = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
             let mut watching_signals = false;
+            let mut told = false;
             loop {
                 let want_signals = real(&signals);
                 if deadline.is_some()
@@ -41,8 +42,16 @@ pub(crate) fn run(cmd: MuxCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
                     if want_signals {
                         dirs.push((&signals, false));
                     }
-                    if waiter.watch(&dirs).is_ok() {
-                        watching_signals = want_signals;
+                    match waiter.watch(&dirs) {
+                        Ok(()) => watching_signals = want_signals,
+                        Err(e) if !told => {
+                            told = true;
+                            tracing::warn!(
+                                "{}",
+                                sigbox_client::no_events_reason(&e, Duration::from_millis(200))
+                            );
+                        }
+                        Err(_) => {}
                     }
                 }
                 waiter.drain();

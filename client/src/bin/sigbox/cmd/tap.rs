@@ -248,7 +248,7 @@ pub(crate) fn run(
         );
     }
     let mailbox = super::open(root)?;
-    let to = Target::parse(Some(to)).map_err(anyhow::Error::msg)?;
+    let to = Target::parse_sent(to).map_err(|e| anyhow::anyhow!("--to: {e}"))?;
     let (program, args) = command.split_first().context("no command given after --")?;
     // Termination signals are for the command: `tap` forwards them and stays to drain its
     // output, so that what the command prints on its way out still reaches the mailbox.
