@@ -220,8 +220,7 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, tally: &mut Tally) {
             ];
             let why = said
                 .lines()
-                .filter(|l| !l.trim().is_empty() && !noise.iter().any(|n| l.contains(n)))
-                .next_back()
+                .rfind(|l| !l.trim().is_empty() && !noise.iter().any(|n| l.contains(n)))
                 .unwrap_or_default()
                 .to_string();
             for (log, ext) in [(&sent_log, "sent"), (&got_log, "got")] {

@@ -396,6 +396,7 @@ fn every_output_and_file_matches_its_schema() {
     let w = World::new();
     let mut mailbox = mailbox(&w);
     mailbox.insert("hooks", hooks(&w));
+    outbound(&w, &mut mailbox);
     goblin(&w);
     mux(&w);
     streams(&w);
@@ -791,6 +792,90 @@ fn mailbox(w: &World) -> Samples {
     w.err(&r);
     samples.insert("demo", lines[0].clone());
     samples
+}
+
+/// What waits here for another host, as a bridge that stopped leaves a root: a signal pending
+/// for an agent of another host, and one in `bridge/outbox/`, both listed by `ls` with where
+/// they wait and why (spec/bridge.md §7).
+fn outbound(w: &World, samples: &mut Samples) {
+    let root = w.path("bridged");
+    let r = root.to_str().unwrap();
+    w.run(&["--root", r, "init"]).expect(0);
+    let send = |target: &str| -> String {
+        let run = w.run(&[
+            "--json", "--root", r, "send", "steer", "go", "--target", target,
+        ]);
+        w.out(run.expect(0), "cli/send.schema.json")[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (taken, left, local) = (send("Remote"), send("Remote"), send("Local"));
+    let bridge = root.join("bridge");
+    std::fs::create_dir_all(bridge.join("hold")).unwrap();
+    std::fs::create_dir_all(bridge.join("outbox")).unwrap();
+    std::fs::write(
+        bridge.join("state.json"),
+        r#"{"host": "hostA", "nats": "nats://127.0.0.1:1", "running": false, "here": ["Local"]}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        bridge.join("hold/Remote"),
+        r#"{"why": "an agent of another host", "host": "hostB"}"#,
+    )
+    .unwrap();
+    std::fs::rename(
+        root.join(format!("inputs/{taken}.json")),
+        bridge.join(format!("outbox/{taken}.json")),
+    )
+    .unwrap();
+    let run = w.run(&["--json", "--root", r, "ls"]);
+    let lines = w.out(run.expect(0), "cli/ls.schema.json");
+    w.err(&run);
+    let by_id = |id: &str| {
+        lines
+            .iter()
+            .find(|l| l["id"] == id)
+            .unwrap_or_else(|| panic!("{id} not listed:\n{}", run.stdout))
+            .clone()
+    };
+    let out = by_id(&taken);
+    assert_eq!(out["kind"], "outbound", "{}", run.stdout);
+    assert_eq!(out["host"], "hostB", "{}", run.stdout);
+    assert_eq!(out["agent"], "Remote", "{}", run.stdout);
+    assert!(
+        out["reason"].as_str().unwrap().contains("no bridge runs"),
+        "{}",
+        run.stdout
+    );
+    let pending = by_id(&left);
+    assert_eq!(pending["kind"], "pending", "{}", run.stdout);
+    assert_eq!(pending["outbound"]["host"], "hostB", "{}", run.stdout);
+    assert!(
+        pending["outbound"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("waiting to be exported: no bridge runs"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(by_id(&local)["outbound"], Value::Null, "{}", run.stdout);
+    samples.insert("ls-outbound", out);
+    samples.insert("ls-pending-outbound", pending);
+    // The same, for people.
+    let run = w.run(&["--root", r, "ls"]);
+    let text = &run.expect(0).stdout;
+    assert!(
+        text.lines().any(|l| l.contains(&taken)
+            && l.contains("taken for export into bridge/outbox/")
+            && l.contains("host hostB")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&left) && l.contains("waiting to be exported")),
+        "{text}"
+    );
 }
 
 fn goblin(w: &World) {
@@ -1372,6 +1457,30 @@ fn negatives(w: &World, samples: &Samples) {
         real("ls"),
         &set("kind", json!("buffered")),
         "buffered for nobody",
+    );
+    contrast(
+        "cli/ls.schema.json",
+        real("ls"),
+        &remove("outbound"),
+        "a pending signal says whether it waits for another host",
+    );
+    contrast(
+        "cli/ls.schema.json",
+        real("ls-outbound"),
+        &set("host", json!("host B\u{1b}")),
+        "a host name the bridge never makes",
+    );
+    contrast(
+        "cli/ls.schema.json",
+        real("ls-outbound"),
+        &set("path", json!("/r/inputs/x.json")),
+        "an outbound signal waits in bridge/outbox/",
+    );
+    contrast(
+        "cli/ls.schema.json",
+        real("ls-pending-outbound"),
+        &|v| v["outbound"]["reason"] = json!(""),
+        "an outbound signal says why it waits",
     );
     contrast(
         "cli/log.schema.json",

@@ -19,7 +19,7 @@ use crate::sys::EntryKind;
 type Listed = (PathBuf, Vec<Item>, Option<String>);
 
 /// What [`Mailbox::look`] found of a routable item.
-enum Look {
+pub(super) enum Look {
     /// Its id, and its sender when it names one.
     Pending(String, Option<String>),
     Settling(SystemTime),
@@ -161,7 +161,7 @@ impl Mailbox {
     /// canonical name sigbox did not write, changed within the window), or invalid (a signal
     /// of a known type that a claim would refuse: empty, torn, not a signal). Unknown types
     /// are pending: they wait for an agent that takes them.
-    fn look(&self, dir: &Path, it: &Item) -> Result<Look> {
+    pub(super) fn look(&self, dir: &Path, it: &Item) -> Result<Look> {
         let path = dir.join(&it.name);
         let fname = lossy(&it.name);
         let (bytes, stamp) = match self.read_signal_file(&path)? {

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use serde_json::json;
 use sigbox::PassControl;
-use sigbox::{NewSignal, ProblemKind, Severity, SignalType, Target};
+use sigbox::{NewSignal, OutboundPlace, ProblemKind, Severity, SignalType, Target};
 use sigbox_client::{Checkpoint, WaitMode};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::{flag, low_level};
@@ -299,8 +299,32 @@ impl Interrupts {
 
 pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mb = super::open(root)?;
+    // What waits here on its way to another host, and why (spec/bridge.md §7).
+    let outbound = mb.bridge_outbound()?;
+    let bound = |p: &sigbox::Pending| {
+        outbound
+            .waiting
+            .iter()
+            .find(|o| o.place == OutboundPlace::Pending && o.signal.path == p.path)
+    };
+    let why = |o: &sigbox::OutboundSignal| {
+        let to = match &o.host {
+            Some(h) => format!("for {} on host {h}", o.agent),
+            None => format!("for {}, an agent of no host known here", o.agent),
+        };
+        match o.place {
+            OutboundPlace::Pending => {
+                format!("{to}: waiting to be exported: {}", outbound.reason)
+            }
+            OutboundPlace::Outbox => format!(
+                "{to}: taken for export into bridge/outbox/, not acknowledged by the server yet: {}",
+                outbound.reason
+            ),
+        }
+    };
     // Every pending signal, buffered ones marked: nothing waiting is hidden.
     for p in mb.pending()? {
+        let away = bound(&p).map(|o| (o, why(o)));
         let kind = if p.buffered_for.is_some() {
             "buffered"
         } else {
@@ -320,6 +344,9 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
             "buffered_for": p.buffered_for, "path": path_json(&p.path),
             "created_at": instant_json(p.instant), "age_ms": age_ms(p.instant),
             "acked_by": acked,
+            "outbound": away.as_ref().map(|(o, reason)| json!({
+                "agent": o.agent, "host": o.host, "reason": reason,
+            })),
         });
         out.emit(&v, || {
             let mut line = format!(
@@ -338,7 +365,36 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
             if !acked.is_empty() {
                 line.push_str(&format!("  (acked: {})", acked.join(", ")));
             }
+            if let Some((_, reason)) = &away {
+                line.push_str(&format!("  ({reason})"));
+            }
             line
+        })?;
+    }
+    // Taken for export and not acknowledged by the server yet.
+    for o in outbound
+        .waiting
+        .iter()
+        .filter(|o| o.place == OutboundPlace::Outbox)
+    {
+        let p = &o.signal;
+        let known = SignalType::parse(&p.type_name);
+        let type_name = known.map_or(p.type_name.clone(), |t| t.as_str().to_string());
+        let reason = why(o);
+        let v = json!({
+            "kind": "outbound", "id": p.id, "type": type_name, "known_type": known.is_some(),
+            "target": target_json(&p.target), "path": path_json(&p.path),
+            "created_at": instant_json(p.instant), "age_ms": age_ms(p.instant),
+            "agent": o.agent, "host": o.host, "reason": reason,
+        });
+        out.emit(&v, || {
+            format!(
+                "{:>4}  {:<7} {:<12} {}  ({reason})",
+                age(p.instant),
+                type_name,
+                p.target.to_string(),
+                p.id
+            )
         })?;
     }
     // What is not deliverable yet, and why: settling (with when it becomes eligible), invalid
