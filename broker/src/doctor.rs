@@ -495,27 +495,94 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
                 ),
             );
         }
-    } else if outbox > 0 {
-        push(
-            Severity::Problem,
-            &layout.root.join("bridge/outbox"),
-            format!(
-                "{outbox} signal(s) taken for export wait here, and no bridge runs (last seen {}): \
-                 start `sigbox bridge` again and it publishes them (the stream drops what it \
-                 already has)",
-                text("updated_at")
-            ),
+    } else {
+        stranded(
+            mb,
+            layout,
+            &text("updated_at"),
+            &text("nats"),
+            state.is_some(),
+            out,
         );
-    } else if state.is_some() {
-        push(
-            Severity::Info,
-            &dir,
-            format!(
-                "a bridge ran here (host {}, last seen {}) and does not now: signals for agents \
-                 on other hosts wait in inputs/ until it runs again",
-                text("host"),
-                text("updated_at")
+    }
+}
+
+/// Signals for other hosts stranded here with no bridge running (spec/bridge.md §7): in
+/// `bridge/outbox/` or pending for agents that are not of this host. A problem naming how
+/// many, for which agents and hosts, and what to do; without any, a bridge that ran here is
+/// only information.
+fn stranded(
+    mb: &crate::Mailbox,
+    layout: &Layout,
+    seen: &str,
+    server: &str,
+    ran: bool,
+    out: &mut Vec<Finding>,
+) {
+    let outbound = match mb.bridge_outbound() {
+        Ok(o) => o,
+        Err(e) => {
+            out.push(Finding {
+                severity: Severity::Problem,
+                path: layout.root.join("bridge"),
+                message: format!("cannot tell what waits here for other hosts: {e}"),
+            });
+            return;
+        }
+    };
+    let start = match server {
+        "?" => "start `sigbox bridge --nats <server>` on this root".to_string(),
+        s => format!("start `sigbox bridge --nats {s}` on this root"),
+    };
+    let outbox = outbound
+        .waiting
+        .iter()
+        .filter(|o| o.place == crate::OutboundPlace::Outbox)
+        .count();
+    let pending = outbound.waiting.len() - outbox;
+    // How many for each agent and host, in order of the agents' names.
+    let mut per: std::collections::BTreeMap<(String, Option<String>), usize> =
+        std::collections::BTreeMap::new();
+    for o in &outbound.waiting {
+        *per.entry((o.agent.clone(), o.host.clone())).or_default() += 1;
+    }
+    let whom: Vec<String> = per
+        .iter()
+        .map(|((agent, host), n)| match host {
+            Some(h) => format!("{n} for {agent} on host {h}"),
+            None => format!("{n} for {agent} (no host known here)"),
+        })
+        .collect();
+    if outbox > 0 {
+        out.push(Finding {
+            severity: Severity::Problem,
+            path: layout.root.join("bridge/outbox"),
+            message: format!(
+                "{outbox} signal(s) taken for export wait here, and no bridge runs (last seen \
+                 {seen}): {start} and it publishes them (the stream drops what it already has)"
             ),
-        );
+        });
+    }
+    if !outbound.waiting.is_empty() {
+        out.push(Finding {
+            severity: Severity::Problem,
+            path: layout.root.join("bridge"),
+            message: format!(
+                "{} signal(s) for other hosts are stranded here ({pending} pending in inputs/ \
+                 or a buffer, {outbox} in bridge/outbox/: {}), and no bridge runs (last seen \
+                 {seen}): {start}; they reach their hosts once it runs",
+                outbound.waiting.len(),
+                whom.join(", ")
+            ),
+        });
+    } else if ran {
+        out.push(Finding {
+            severity: Severity::Info,
+            path: layout.root.join("bridge"),
+            message: format!(
+                "a bridge ran here (last seen {seen}) and does not now; nothing waits here for \
+                 other hosts"
+            ),
+        });
     }
 }

@@ -394,6 +394,57 @@ fn doctor_explains_problems() {
     );
 }
 
+/// Signals for other hosts left where a bridge ran and runs no more are a problem doctor names
+/// (how many, for which agents and hosts, what to do), not "healthy"; once the way is clear
+/// (delivered here), a bridge that ran is information only (spec/bridge.md §7).
+#[test]
+fn doctor_names_signals_stranded_for_other_hosts() {
+    let env = Env::new();
+    for target in ["Far", "Far", "Lost", "Near"] {
+        env.ok(&["send", "steer", "go", "--target", target]);
+    }
+    let bridge = env.root.join("bridge");
+    std::fs::create_dir_all(bridge.join("hold")).unwrap();
+    // As a bridge that was killed leaves it: its last state, a hold for an agent of another
+    // host, its lock free.
+    std::fs::write(
+        bridge.join("state.json"),
+        r#"{"host": "a", "nats": "nats://10.0.0.5:4222", "running": true, "connected": true,
+            "ready": true, "here": ["Near"], "updated_at": "2026-02-08T14:30:04Z"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        bridge.join("hold/Far"),
+        r#"{"why": "an agent of another host", "host": "b"}"#,
+    )
+    .unwrap();
+    let out = env.run(&["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(!text.contains("healthy"), "{text}");
+    assert!(
+        text.contains("3 signal(s) for other hosts are stranded here"),
+        "{text}"
+    );
+    assert!(text.contains("2 for Far on host b"), "{text}");
+    assert!(text.contains("1 for Lost (no host known here)"), "{text}");
+    assert!(
+        text.contains("start `sigbox bridge --nats nats://10.0.0.5:4222` on this root"),
+        "{text}"
+    );
+    assert!(!text.contains("for Near"), "{text}");
+    // Taken here (the root is a plain mailbox while no bridge runs): nothing is stranded.
+    env.ok(&["poll", "--as", "Far"]);
+    env.ok(&["poll", "--as", "Lost"]);
+    let out = env.run(&["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("nothing waits here for other hosts"),
+        "{text}"
+    );
+}
+
 #[test]
 fn errors_exit_2_with_one_line_naming_the_file() {
     let env = Env::new();
