@@ -54,8 +54,6 @@ const SILENT: Duration = Duration::from_secs(10);
 /// What the bridge counts, for `status` and `doctor`.
 #[derive(Default)]
 struct Counters {
-    exported: AtomicU64,
-    exported_broadcasts: AtomicU64,
     duplicates_published: AtomicU64,
     imported: AtomicU64,
     already_here: AtomicU64,
@@ -69,11 +67,10 @@ struct Counters {
 }
 
 impl Counters {
-    /// The counts that run on across restarts, by their name in the state file.
-    fn cumulative(&self) -> [(&'static str, &AtomicU64); 10] {
+    /// The counts that run on across restarts, by their name in the state file. What was
+    /// exported is not among them: it is counted from what is durable (see [`state_of`]).
+    fn cumulative(&self) -> [(&'static str, &AtomicU64); 8] {
         [
-            ("exported", &self.exported),
-            ("exported_broadcasts", &self.exported_broadcasts),
             ("duplicates_published", &self.duplicates_published),
             ("imported", &self.imported),
             ("already_here", &self.already_here),
@@ -578,8 +575,6 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
             }
         }
     }
-    let broadcasts = acked.iter().filter(|o| o.is_broadcast()).count() as u64;
-    let signals = acked.len() as u64 - broadcasts;
     // An agent whose signals left this host is held back here from now on: should it come
     // here, it takes nothing before what went ahead of it (spec/bridge.md §5).
     let away: HashSet<String> = acked
@@ -595,10 +590,6 @@ async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize> {
             &json!({"why": "its signals were sent on from here"}),
         );
     }
-    b.counts
-        .exported_broadcasts
-        .fetch_add(broadcasts, Ordering::Relaxed);
-    b.counts.exported.fetch_add(signals, Ordering::Relaxed);
     match failed {
         Some(e) => Err(e),
         None => done(n),
@@ -1371,7 +1362,11 @@ fn write_state(b: &Bridge, running: bool) -> Value {
 fn state_of(b: &Bridge, running: bool) -> Value {
     let c = &b.counts;
     let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    // Exported: the records in bridge/sent/ and the markers in bridge/broadcasts/, written
+    // only once the server acknowledged each (spec/bridge.md §7): never more or less than
+    // what is durable, whenever the bridge was killed.
     let (outbox, sent) = b.mb.bridge_counts().unwrap_or_default();
+    let marked = b.mb.bridge_broadcasts_marked().unwrap_or_default();
     let mut here: Vec<String> = lock(&b.here).iter().cloned().collect();
     here.sort();
     let state = json!({
@@ -1396,6 +1391,8 @@ fn state_of(b: &Bridge, running: bool) -> Value {
         "last_error": *lock(&c.last_error),
         "outbox": outbox,
         "sent": sent,
+        "exported": sent,
+        "exported_broadcasts": marked,
     });
     let mut state = state;
     for (key, counter) in c.cumulative() {

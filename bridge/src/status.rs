@@ -34,6 +34,14 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
         .unwrap_or_else(|| crate::run::DEFAULT_MAILBOX.to_string());
     let names = Names::new(&mailbox)?;
     let (outbox, sent) = mb.bridge_counts()?;
+    // What was exported is what is durable now (the records in bridge/sent/, the markers in
+    // bridge/broadcasts/), not what the state file said up to a second before a kill.
+    let marked = mb.bridge_broadcasts_marked()?;
+    let mut state = state;
+    if let Some(s) = state.as_mut().and_then(Value::as_object_mut) {
+        s.insert("exported".into(), json!(sent));
+        s.insert("exported_broadcasts".into(), json!(marked));
+    }
     let url = cli
         .nats
         .clone()

@@ -860,3 +860,66 @@ fn an_agent_that_moves_host_gets_what_it_had_not_taken_first_in_the_order_sent()
     assert_eq!(log.matches("hand-off over").count(), 4, "{log}");
     assert!(!log.contains("delivering to it here"), "{log}");
 }
+
+/// What `status` counts exported is what `bridge/sent/` holds: a signal counts once the
+/// server acknowledged it and its record is durable, so that a bridge SIGKILLed mid-stream
+/// (twice) shows neither more nor less than the records, and the figure ends at every signal
+/// sent (spec/bridge.md §7).
+#[test]
+fn exported_is_what_bridge_sent_holds_through_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let mut h0 = Host::start(dir.path(), "h0", &server.url(), "counts", &[]);
+    eventually("the bridge is ready", || h0.state()["ready"] == true);
+    let total = 1500;
+    let producer = {
+        let root = h0.root.clone();
+        thread::spawn(move || {
+            let mb = common::open(&root);
+            for i in 0..total {
+                mb.send(&steer("Zed", &format!("z{i}"))).unwrap();
+            }
+        })
+    };
+    let root = h0.root.clone();
+    let records = || {
+        std::fs::read_dir(root.join("bridge/sent"))
+            .map(|d| {
+                d.filter(|e| e.as_ref().unwrap().file_name().as_encoded_bytes()[0] != b'.')
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let status = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
+            .args(["--root", root.to_str().unwrap(), "status", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let mut last = 0;
+    for _ in 0..2 {
+        eventually("exporting", || records() > last + 200);
+        h0.kill();
+        let n = records();
+        assert!(n < total, "killed after the stream ended: {n}");
+        let s = status();
+        assert_eq!(s["state"]["exported"], n, "{s}");
+        assert_eq!(s["sent"], n, "{s}");
+        last = n;
+        h0.restart();
+    }
+    producer.join().unwrap();
+    eventually("every signal exported", || records() == total);
+    eventually("the running bridge's state says so", || {
+        h0.state()["exported"] == total
+    });
+    assert_eq!(status()["state"]["exported"], total);
+    assert!(h0.stop().unwrap().success());
+    assert_eq!(h0.state()["exported"], total, "{}", h0.log());
+}

@@ -423,7 +423,8 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(0)
     };
-    let (outbox, _) = mb.bridge_counts().unwrap_or_default();
+    let (outbox, sent) = mb.bridge_counts().unwrap_or_default();
+    let marked = mb.bridge_broadcasts_marked().unwrap_or_default();
     let running = mb.bridge_running().unwrap_or(false);
     let age = state
         .as_ref()
@@ -439,7 +440,7 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
                  waiting in bridge/outbox/",
                 text("host"),
                 text("nats"),
-                number("exported") + number("exported_broadcasts"),
+                sent + marked,
                 number("imported")
             ),
         );

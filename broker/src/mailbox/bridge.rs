@@ -189,6 +189,18 @@ impl Mailbox {
         Ok((count(&self.layout.outbox)?, count(&self.layout.sent)?))
     }
 
+    /// How many pending broadcasts this root's bridges are done with: the markers in
+    /// `bridge/broadcasts/` (exported once the server acknowledged them, or too large to
+    /// cross). Like the records in `bridge/sent/`, what is durable is the count.
+    pub fn bridge_broadcasts_marked(&self) -> Result<usize> {
+        Ok(self
+            .io
+            .list(&self.layout.broadcasts, true)?
+            .iter()
+            .filter(|e| !e.name.as_encoded_bytes().starts_with(b"."))
+            .count())
+    }
+
     /// The agents seen on this host: every agent whose `agents/<agent>.lock` a live handle
     /// holds (`true`: present now), or whose presence was taken here within `linger`
     /// (`false`), each with its lock file's mtime (when its presence was last taken here):
