@@ -70,7 +70,7 @@ pub use io::{Durability, FsHook, FsOp, IoOptions, LINK_CLAIMS_ENV, PORTABLE_RENA
 pub use mailbox::{
     BRIDGED, BroadcastsSeen, Buffered, DEFAULT_QUORUM, Finished, Imported, LAYOUT, Mailbox,
     MailboxOptions, Outgoing, Pass, PassControl, PauseLock, Pending, Presence, Problem,
-    ProblemKind, Rejection, SHARED_DIR_MODE, SHARED_FILE_MODE,
+    ProblemKind, Rejection, SHARED_DIR_MODE, SHARED_FILE_MODE, Settling,
 };
 pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, valid_agent};
 

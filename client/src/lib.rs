@@ -55,6 +55,7 @@
 
 mod checkpoint;
 mod durations;
+pub mod logfmt;
 mod watch;
 
 pub use checkpoint::{Checkpoint, Notes, WaitMode};

@@ -114,11 +114,13 @@ fn signal_json(s: &Signal) -> Value {
     if let Some(f) = &s.from {
         v["from"] = json!(f);
     }
-    if let Some(t) = s.created_at {
-        v["created_at"] = json!(
-            t.with_timezone(&chrono::Utc)
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        );
+    // As the sender wrote it (its offset kept, spec/cli.md), to the second: fewer tokens.
+    if let Some(mut t) = s.created_at_rfc3339() {
+        if t.as_bytes().get(19) == Some(&b'.') {
+            let digits = t[20..].bytes().take_while(u8::is_ascii_digit).count();
+            t.replace_range(19..20 + digits, "");
+        }
+        v["created_at"] = json!(t);
     }
     if s.target == Target::All {
         v["target"] = json!("ALL");
@@ -608,6 +610,7 @@ fn run() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .with_ansi(false)
+        .fmt_fields(sigbox_client::logfmt::text_fields())
         .init();
     let agent = args.agent.trim().to_string();
     if !sigbox::valid_agent(&agent) {

@@ -66,7 +66,7 @@ impl Mailbox {
                 if let Some(until) =
                     identity::untrusted_settling(&fname, fields, &stamp, self.opts.settle, now)
                 {
-                    pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+                    pass.note_settling(src.clone(), until);
                     return Ok(None);
                 }
                 match parsed {

@@ -20,7 +20,8 @@ type Listed = (PathBuf, Vec<Item>, Option<String>);
 
 /// What [`Mailbox::look`] found of a routable item.
 enum Look {
-    Pending(String),
+    /// Pending: its identity, and its body's `created_at` as shown.
+    Pending(String, Option<String>),
     Settling(SystemTime),
     Invalid(String),
     Gone,
@@ -33,10 +34,11 @@ impl Mailbox {
         let mut out = Vec::new();
         for (dir, items, agent) in self.pending_items()? {
             for it in items {
-                if let Look::Pending(id) = self.look(&dir, &it)? {
+                if let Look::Pending(id, created_at) = self.look(&dir, &it)? {
                     let path = dir.join(&it.name);
                     out.push(Pending {
                         id,
+                        created_at,
                         path,
                         instant: it.instant,
                         type_name: it.type_name,
@@ -98,7 +100,7 @@ impl Mailbox {
             for it in items {
                 let path = dir.join(&it.name);
                 match self.look(&dir, &it)? {
-                    Look::Pending(_) | Look::Gone => {}
+                    Look::Pending(..) | Look::Gone => {}
                     Look::Settling(until) => out.push(Problem {
                         path,
                         kind: ProblemKind::Settling { until, window },
@@ -166,7 +168,7 @@ impl Mailbox {
             ReadOutcome::Gone => return Ok(Look::Gone),
             ReadOutcome::Bytes(bytes, stamp) => (bytes, stamp),
             _ if it.signal_type.is_none() => {
-                return Ok(Look::Pending(name::signal_id(&fname).to_string()));
+                return Ok(Look::Pending(name::signal_id(&fname).to_string(), None));
             }
             other => return Ok(Look::Invalid(other.rejection().unwrap_or_default())),
         };
@@ -186,8 +188,11 @@ impl Mailbox {
         }
         match (read, fields) {
             (Err(reason), _) if it.signal_type.is_some() => Ok(Look::Invalid(reason)),
-            (_, Some(f)) => Ok(Look::Pending(identity::identity(&fname, &f, &stamp))),
-            (_, None) => Ok(Look::Pending(name::signal_id(&fname).to_string())),
+            (_, Some(f)) => Ok(Look::Pending(
+                identity::identity(&fname, &f, &stamp),
+                body::created_at_text(&f),
+            )),
+            (_, None) => Ok(Look::Pending(name::signal_id(&fname).to_string(), None)),
         }
     }
 

@@ -127,7 +127,7 @@ fn pause_record(s: &Signal) -> Value {
         "id": s.id,
         "from": s.from,
         "message": s.message,
-        "created_at": s.created_at.map(|t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)),
+        "created_at": s.created_at_rfc3339(),
         "line": describe(s),
     })
 }
