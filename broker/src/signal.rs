@@ -236,6 +236,17 @@ impl Signal {
             .map(str::trim);
         Some(rfc3339_as_written(t, written))
     }
+
+    /// [`Signal::created_at_rfc3339`] to the second (its fraction cut): what a model or a
+    /// person reads in one line, the sender's offset kept.
+    pub fn created_at_rfc3339_secs(&self) -> Option<String> {
+        let mut t = self.created_at_rfc3339()?;
+        if t.as_bytes().get(19) == Some(&b'.') {
+            let digits = t[20..].bytes().take_while(u8::is_ascii_digit).count();
+            t.replace_range(19..20 + digits, "");
+        }
+        Some(t)
+    }
 }
 
 /// `t` as RFC 3339 in its own offset, with the precision and the zero offset's spelling of

@@ -115,11 +115,7 @@ fn signal_json(s: &Signal) -> Value {
         v["from"] = json!(f);
     }
     // As the sender wrote it (its offset kept, spec/cli.md), to the second: fewer tokens.
-    if let Some(mut t) = s.created_at_rfc3339() {
-        if t.as_bytes().get(19) == Some(&b'.') {
-            let digits = t[20..].bytes().take_while(u8::is_ascii_digit).count();
-            t.replace_range(19..20 + digits, "");
-        }
+    if let Some(t) = s.created_at_rfc3339_secs() {
         v["created_at"] = json!(t);
     }
     if s.target == Target::All {

@@ -138,11 +138,8 @@ fn describe(s: &Signal) -> String {
     if let Some(f) = &s.from {
         line.push_str(&format!(" from {f}"));
     }
-    if let Some(t) = s.created_at {
-        line.push_str(&format!(
-            " at {}",
-            t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        ));
+    if let Some(t) = s.created_at_rfc3339_secs() {
+        line.push_str(&format!(" at {t}"));
     }
     match s.message.as_deref().filter(|m| !m.trim().is_empty()) {
         Some(m) => line.push_str(&format!(": {m}")),

@@ -133,7 +133,7 @@ fn tell(notes: &sigbox_client::Notes) {
     for r in &notes.rejected {
         lines.push((
             json!({"event": "rejected", "name": r.name, "path": path_json(&r.path), "reason": r.reason}),
-            format!("quarantined {} into rejected/: {}", r.name, r.reason),
+            format!("quarantined {} into {}: {}", r.name, r.path.display(), r.reason),
         ));
     }
     for s in &notes.settling {
