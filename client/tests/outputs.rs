@@ -412,3 +412,26 @@ fn each_settling_file_is_named() {
         "{events:?}"
     );
 }
+
+/// An unknown type is left where it is: in a buffer, `ls` and `doctor` say that buffer, not
+/// `inputs/`.
+#[test]
+fn an_unknown_type_in_a_buffer_is_said_to_stay_there() {
+    let env = Env::new();
+    let buffer = env.root.join("buffered/Planner");
+    std::fs::create_dir_all(&buffer).unwrap();
+    let stage = env.root.join("stage.json");
+    std::fs::write(&stage, r#"{"type": "FOO", "target": "Planner"}"#).unwrap();
+    let f = std::fs::File::options().write(true).open(&stage).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    drop(f);
+    std::fs::rename(&stage, buffer.join("foo.json")).unwrap();
+    let ls = env.ok(&["ls"]);
+    assert!(ls.contains("it stays in buffered/Planner/"), "{ls}");
+    let doctor = String::from_utf8(env.run(&["doctor"]).stdout).unwrap();
+    assert!(
+        doctor.contains("unknown type \"FOO\": no agent takes it; it stays in buffered/Planner/"),
+        "{doctor}"
+    );
+}

@@ -342,7 +342,12 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
                 p.id
             );
             if known.is_none() {
-                line.push_str("  (unknown type: no agent takes it; it stays in inputs/)");
+                line.push_str(&match &p.buffered_for {
+                    Some(a) => {
+                        format!("  (unknown type: no agent takes it; it stays in buffered/{a}/)")
+                    }
+                    None => "  (unknown type: no agent takes it; it stays in inputs/)".into(),
+                });
             }
             if let Some(a) = &p.buffered_for {
                 line.push_str(&format!("  (buffered for {a})"));
