@@ -44,8 +44,8 @@ pub struct Checkpoint {
 pub struct Notes {
     /// Signals the orchestrator moved into an absent agent's buffer.
     pub buffered: Vec<sigbox::Buffered>,
-    /// Broadcasts archived because the quorum had acked them.
-    pub archived: Vec<String>,
+    /// Broadcasts archived because the quorum had acked them, with where each is now.
+    pub archived: Vec<sigbox::ArchivedBroadcast>,
     /// Files quarantined into `rejected/`.
     pub rejected: Vec<sigbox::Rejection>,
     /// When the next dropped file still settling becomes eligible (after the last pass).

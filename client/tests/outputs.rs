@@ -435,3 +435,37 @@ fn an_unknown_type_in_a_buffer_is_said_to_stay_there() {
         "{doctor}"
     );
 }
+
+/// A dropped name used again while the first file waits for its acknowledgement (a library
+/// consumer holds it in flight): the second delivery, by another process, is named a fresh
+/// record, so that each path shown stays true once both are acknowledged, whatever the order.
+#[test]
+fn a_name_used_again_while_the_first_is_in_flight_gets_its_own_record() {
+    let env = Env::new();
+    env.drop_whole(
+        "news.json",
+        r#"{"type": "INFO", "target": "Executor", "message": "A"}"#,
+    );
+    let mut held = sigbox_client::Checkpoint::open(&env.root, "Executor").unwrap();
+    let first = held.poll().unwrap();
+    assert_eq!(first.len(), 1);
+    let promised = first[0].acked_path().to_path_buf();
+    assert_eq!(promised, env.root.join("processed/news.json"));
+
+    env.drop_whole(
+        "news.json",
+        r#"{"type": "INFO", "target": "Executor", "message": "B"}"#,
+    );
+    let lines = env.json(&["poll", "--as", "Executor"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let second = PathBuf::from(lines[0]["path"].as_str().unwrap());
+    assert_ne!(second, promised, "B is shown the record A was promised");
+    assert!(std::fs::read_to_string(&second).unwrap().contains("\"B\""));
+
+    held.ack().unwrap();
+    let text = std::fs::read_to_string(&promised).unwrap();
+    assert!(
+        text.contains("\"A\""),
+        "A is not where it was shown: {text}"
+    );
+}

@@ -587,10 +587,10 @@ fn mailbox(w: &World) -> Samples {
     }
     let events = w.err(&r);
     assert!(
-        events
-            .iter()
-            .any(|e| e["event"] == "archived" && e["id"] == one.as_str()),
-        "{}",
+        events.iter().any(|e| e["event"] == "archived"
+            && e["id"] == one.as_str()
+            && e["path"].as_str().is_some_and(|p| Path::new(p).is_file())),
+        "the archived event names the record where it is: {}",
         r.stderr
     );
 

@@ -500,14 +500,41 @@ impl Mailbox {
 
     /// Where a claim at `claimed` (in a slot) is to be acknowledged into, named before its
     /// hand-over so that what is shown of it says where it will be: `processed/<its name>`,
-    /// or a fresh `.dup-` name when `processed/` holds another file of that name now.
+    /// or a fresh `.dup-` name when that name is taken, or reserved: another claim of that
+    /// name in flight in any slot (a dropped name used again while the first file waits for
+    /// its acknowledgement) will take it. The slots are looked at before `processed/`, so a
+    /// claim acknowledged meanwhile (one rename from its slot into `processed/`) is seen in
+    /// one or the other. A canonical name sigbox wrote is unique and needs no look at the
+    /// slots.
     pub(super) fn record_for(&self, claimed: &Path) -> Result<PathBuf> {
         let name = claimed.file_name().unwrap_or_default();
         let plain = self.layout.processed.join(name);
+        let fresh = || self.layout.processed.join(atomic::unique_variant(name));
+        if name::parse_canonical(&lossy(name)).is_none() && self.in_flight_elsewhere(claimed)? {
+            return Ok(fresh());
+        }
         Ok(match self.io.stamp(&plain)? {
             None => plain,
-            Some(_) => self.layout.processed.join(atomic::unique_variant(name)),
+            Some(_) => fresh(),
         })
+    }
+
+    /// True when a slot other than `claimed`'s holds a file of `claimed`'s name.
+    fn in_flight_elsewhere(&self, claimed: &Path) -> Result<bool> {
+        let name = claimed.file_name().unwrap_or_default();
+        for e in self.io.list(&self.layout.claimed, true)? {
+            let Some(agent) = e.name.to_str().filter(|a| crate::signal::valid_agent(a)) else {
+                continue;
+            };
+            for (_, dir) in self.slots(agent)? {
+                if claimed.parent() != Some(dir.as_path())
+                    && self.io.stamp(&dir.join(name))?.is_some()
+                {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// Moves a handed-over claim from its slot into `processed/`: to `record`, the path its

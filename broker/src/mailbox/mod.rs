@@ -48,7 +48,9 @@ pub(crate) use layout::{Layout, NAME_MAX};
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
 pub use pass::PassControl;
 pub use presence::{PauseLock, Presence};
-pub use report::{Buffered, Finished, Pass, Pending, Problem, ProblemKind, Rejection, Settling};
+pub use report::{
+    ArchivedBroadcast, Buffered, Finished, Pass, Pending, Problem, ProblemKind, Rejection, Settling,
+};
 
 use crate::atomic::{self, Clobber, Placed};
 use crate::body;

@@ -468,8 +468,8 @@ impl Mailbox {
             match self.archive_if_acked(&item.name, agent) {
                 Err(e) if refused.note(self.refused_alone(&e), &e) => {}
                 archived => {
-                    if let Some(id) = archived? {
-                        run.pass.archived.push(id);
+                    if let Some(a) = archived? {
+                        run.pass.archived.push(a);
                     }
                 }
             }

@@ -38,7 +38,7 @@ pub struct Pass {
     /// Signals the orchestrator moved to an absent agent's buffer.
     pub buffered: Vec<Buffered>,
     /// Broadcasts the orchestrator archived because the quorum had acked.
-    pub archived: Vec<String>,
+    pub archived: Vec<ArchivedBroadcast>,
     /// Files moved to quarantine.
     pub rejected: Vec<Rejection>,
     /// True when the pass stopped early after a PAUSE or ABORT.
@@ -64,6 +64,15 @@ impl Pass {
             None => self.settling.push(Settling { path, until }),
         }
     }
+}
+
+/// A broadcast archived into `processed/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchivedBroadcast {
+    /// The signal id.
+    pub id: String,
+    /// Its record in `processed/`, where it is now.
+    pub path: PathBuf,
 }
 
 /// A file written in place that a pass left to settle (spec/mailbox.md §5).

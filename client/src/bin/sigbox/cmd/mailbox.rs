@@ -124,10 +124,14 @@ fn tell(notes: &sigbox_client::Notes) {
             ),
         ));
     }
-    for id in &notes.archived {
+    for a in &notes.archived {
         lines.push((
-            json!({"event": "archived", "id": id}),
-            format!("archived broadcast {id}: every quorum agent has acked it"),
+            json!({"event": "archived", "id": a.id, "path": path_json(&a.path)}),
+            format!(
+                "archived broadcast {} into {}: every quorum agent has acked it",
+                a.id,
+                a.path.display()
+            ),
         ));
     }
     for r in &notes.rejected {
