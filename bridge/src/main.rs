@@ -138,5 +138,6 @@ fn init_tracing(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .fmt_fields(sigbox_client::logfmt::text_fields())
         .init();
 }

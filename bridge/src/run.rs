@@ -235,7 +235,7 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
 }
 
 async fn serve(b: Arc<Bridge>) -> Result<()> {
-    tracing::info!(host = %b.host, mailbox = %b.names.mailbox(), nats = %b.nats, root = ?b.mb.root(), "bridge starting");
+    tracing::info!(host = %b.host, mailbox = %b.names.mailbox(), nats = %b.nats, root = %b.mb.root().display(), "bridge starting");
     let client = loop {
         match async_nats::ConnectOptions::new()
             .name(format!("sigbox-bridge {}", b.host))

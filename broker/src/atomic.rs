@@ -89,7 +89,7 @@ pub(crate) fn remove_stage(io: &Io, stage: &Path) -> Result<()> {
 /// reported.
 fn discard_stage(io: &Io, stage: &Path) {
     if let Err(e) = remove_stage(io, stage) {
-        tracing::debug!(file = ?stage, error = %e, "cannot remove a stage");
+        tracing::debug!(file = %stage.display(), error = %e, "cannot remove a stage");
     }
 }
 
@@ -241,7 +241,7 @@ pub(crate) fn put_back(io: &Io, other: &Path, src: &Path) -> Result<()> {
         })
     })?;
     if back.is_none() {
-        tracing::warn!(file = ?other, "cannot put back a file that took a claimed name");
+        tracing::warn!(file = %other.display(), "cannot put back a file that took a claimed name");
     }
     Ok(())
 }
@@ -251,7 +251,15 @@ pub(crate) fn put_back(io: &Io, other: &Path, src: &Path) -> Result<()> {
 fn undo(io: &Io, src: &Path, dest: &Path) {
     match io.rename_noreplace(dest, src) {
         Ok(Renamed::Done) => {}
-        other => tracing::warn!(file = ?dest, ?other, "cannot undo a claim"),
+        Ok(Renamed::SourceGone) => {
+            tracing::warn!(file = %dest.display(), "cannot undo a claim: the claimed file is gone");
+        }
+        Ok(Renamed::DestExists) => tracing::warn!(
+            file = %dest.display(),
+            taken = %src.display(),
+            "cannot undo a claim: its name was taken again; it stays in flight"
+        ),
+        Err(e) => tracing::warn!(file = %dest.display(), error = %e, "cannot undo a claim"),
     }
 }
 

@@ -297,6 +297,16 @@ pub(crate) fn parse_record(bytes: &[u8], format: Format) -> std::result::Result<
 
 /// An instant: RFC 3339 with its offset, or (as upstream Ralph's names are read) a local time
 /// without one.
+/// A body's `created_at` (in `fields`) as every output shows it
+/// ([`Signal::created_at_rfc3339`]); `None` when there is none, or it is not an instant.
+pub(crate) fn created_at_text(fields: &Map<String, Value>) -> Option<String> {
+    let written = fields.get("created_at")?.as_str()?.trim();
+    Some(crate::signal::rfc3339_as_written(
+        instant(written)?,
+        Some(written),
+    ))
+}
+
 fn instant(s: &str) -> Option<DateTime<FixedOffset>> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Some(t);
@@ -436,6 +446,7 @@ impl Signal {
             created_at: body.created_at,
             fields: body.fields,
             path: path.to_path_buf(),
+            record: None,
         })
     }
 

@@ -302,8 +302,12 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
                     severity: Severity::Info,
                     path: p.path,
                     message: format!(
-                        "unknown type {:?}: no agent takes it; it stays in inputs/",
-                        p.type_name
+                        "unknown type {:?}: no agent takes it; it stays in {}",
+                        p.type_name,
+                        match &p.buffered_for {
+                            Some(a) => format!("buffered/{a}/"),
+                            None => "inputs/".into(),
+                        }
                     ),
                 });
             }

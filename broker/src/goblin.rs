@@ -329,7 +329,7 @@ impl Goblin {
             Err(std::fs::TryLockError::Error(e)) => {
                 // No locks on this filesystem (some network filesystems): the watch runs, and
                 // two started at once could both take a transition.
-                tracing::warn!(file = ?path, error = %e,
+                tracing::warn!(file = %path.display(), error = %e,
                     "cannot lock the worktree for this watch: make sure no other goblin watch \
                      runs on it");
                 return Ok(None);
@@ -343,7 +343,7 @@ impl Goblin {
             .set_len(0)
             .and_then(|()| file.write_all(format!("{me}\n").as_bytes()));
         if let Err(e) = written {
-            tracing::debug!(file = ?path, error = %e, "cannot write the watch lock's holder");
+            tracing::debug!(file = %path.display(), error = %e, "cannot write the watch lock's holder");
         }
         Ok(Some(file))
     }

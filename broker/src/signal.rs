@@ -228,8 +228,79 @@ pub struct Signal {
     pub created_at: Option<DateTime<FixedOffset>>,
     /// The whole body, unknown fields included, in their original order.
     pub fields: Map<String, Value>,
-    /// Where the file is now.
+    /// Where the file is now: for a delivery in flight, its claim slot
+    /// (`claimed/<Agent>/<n>/`), or for a broadcast, `inputs/` (or `processed/` once
+    /// archived).
     pub path: PathBuf,
+    /// For a claimed signal handed over: its record in `processed/`, where its
+    /// acknowledgement moves it (spec/mailbox.md §9.2). `None` for a broadcast (its file stays
+    /// where it is) and before the hand-over. [`Signal::acked_path`] gives either.
+    pub record: Option<PathBuf>,
+}
+
+impl Signal {
+    /// Where the file is once this delivery is acknowledged: a claimed signal's record in
+    /// `processed/` ([`Signal::record`]), or a broadcast's file ([`Signal::path`], in
+    /// `inputs/` until the orchestrator archives it). What every runtime shows as the
+    /// signal's `path`.
+    pub fn acked_path(&self) -> &std::path::Path {
+        self.record.as_deref().unwrap_or(&self.path)
+    }
+
+    /// The body's `created_at` as RFC 3339, with the offset it was written with (`Z` where it
+    /// was written `Z`, or for a body that named no offset and local time's is zero; a body
+    /// that named none is read in local time) and as many fractional digits as were written,
+    /// rounded up to 0, 3, 6 or 9: `2026-05-01T10:00:00+07:00` stays so, and what `send`
+    /// wrote (UTC, microseconds) is shown as written. `None` when the body has none.
+    pub fn created_at_rfc3339(&self) -> Option<String> {
+        let t = self.created_at?;
+        let written = self
+            .fields
+            .get("created_at")
+            .and_then(serde_json::Value::as_str)
+            .map(str::trim);
+        Some(rfc3339_as_written(t, written))
+    }
+
+    /// [`Signal::created_at_rfc3339`] to the second (its fraction cut): what a model or a
+    /// person reads in one line, the sender's offset kept.
+    pub fn created_at_rfc3339_secs(&self) -> Option<String> {
+        let mut t = self.created_at_rfc3339()?;
+        if t.as_bytes().get(19) == Some(&b'.') {
+            let digits = t[20..].bytes().take_while(u8::is_ascii_digit).count();
+            t.replace_range(19..20 + digits, "");
+        }
+        Some(t)
+    }
+}
+
+/// `t` as RFC 3339 in its own offset, with the precision and the zero offset's spelling of
+/// `written`, the text it was parsed from (see [`Signal::created_at_rfc3339`]).
+pub(crate) fn rfc3339_as_written(t: DateTime<FixedOffset>, written: Option<&str>) -> String {
+    use chrono::SecondsFormat;
+    let digits = written.map(|w| {
+        let b = w.as_bytes();
+        // `YYYY-MM-DDTHH:MM:SS` is 19 bytes; a fraction follows as `.` and digits.
+        match b.get(19) {
+            Some(b'.') => b[20..].iter().take_while(|c| c.is_ascii_digit()).count(),
+            _ => 0,
+        }
+    });
+    let digits = digits.unwrap_or_else(|| match t.timestamp_subsec_nanos() {
+        0 => 0,
+        n if n % 1_000_000 == 0 => 3,
+        n if n % 1_000 == 0 => 6,
+        _ => 9,
+    });
+    let format = match digits {
+        0 => SecondsFormat::Secs,
+        1..=3 => SecondsFormat::Millis,
+        4..=6 => SecondsFormat::Micros,
+        _ => SecondsFormat::Nanos,
+    };
+    // A zero offset written `+00:00` (or `-00:00`) stays `+00:00`; `Z` otherwise.
+    let numeric_zero = written.is_some_and(|w| w.ends_with("+00:00") || w.ends_with("-00:00"));
+    t.to_rfc3339_opts(format, !numeric_zero)
 }
 
 /// A signal to send.

@@ -44,12 +44,14 @@ pub struct Checkpoint {
 pub struct Notes {
     /// Signals the orchestrator moved into an absent agent's buffer.
     pub buffered: Vec<sigbox::Buffered>,
-    /// Broadcasts archived because the quorum had acked them.
-    pub archived: Vec<String>,
+    /// Broadcasts archived because the quorum had acked them, with where each is now.
+    pub archived: Vec<sigbox::ArchivedBroadcast>,
     /// Files quarantined into `rejected/`.
     pub rejected: Vec<sigbox::Rejection>,
     /// When the next dropped file still settling becomes eligible (after the last pass).
     pub next_check: Option<std::time::SystemTime>,
+    /// The files still settling after the last pass, each with when it becomes eligible.
+    pub settling: Vec<sigbox::Settling>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -163,6 +165,7 @@ impl Checkpoint {
         self.notes.archived.extend(pass.archived.iter().cloned());
         self.notes.rejected.extend(pass.rejected.iter().cloned());
         self.notes.next_check = pass.next_check;
+        self.notes.settling.clone_from(&pass.settling);
         Ok(pass)
     }
 

@@ -56,6 +56,7 @@
 mod checkpoint;
 mod durations;
 mod env;
+pub mod logfmt;
 mod watch;
 
 pub use checkpoint::{Checkpoint, Notes, WaitMode};

@@ -213,11 +213,19 @@ fn poll_says_what_it_did_besides_delivering() {
     let out = z.run("1h", &["-v", "poll", "--as", "Orchestrator"]);
     assert!(out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
+    let rejected = z.root.join("rejected/bad.json");
+    let settling = z.inputs().join("half.yaml");
     for want in [
         "buffered signal.",
         "for Planner, who is absent",
-        "quarantined bad.json into rejected/: invalid JSON",
-        "still settling: eligible in",
+        &format!(
+            "quarantined bad.json into {}: invalid JSON",
+            rejected.display()
+        ),
+        &format!(
+            "{} is still settling (written in place): eligible in",
+            settling.display()
+        ),
     ] {
         assert!(err.contains(want), "{want:?} in {err}");
     }

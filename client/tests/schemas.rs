@@ -531,14 +531,35 @@ fn mailbox(w: &World) -> Samples {
     assert!(
         lines
             .iter()
-            .any(|l| l["created_at"] == "2026-02-08T07:30:04.500000Z"
+            .any(|l| l["created_at"] == "2026-02-08T14:30:04.500+07:00"
                 && l["fields"]["created_at"] == "2026-02-08T14:30:04.5+07:00"),
-        "created_at in UTC with microseconds, as ls gives it; the body keeps its offset:\n{}",
+        "created_at keeps the sender's offset (milliseconds for one digit written):\n{}",
         r.stdout
     );
+    // Each line's path is where its file is now that the command is done: a claimed
+    // signal's record in processed/, the broadcast in inputs/ (acked, not archived yet).
+    for l in &lines {
+        let path = Path::new(l["path"].as_str().unwrap());
+        let dir = path.parent().and_then(Path::file_name).unwrap();
+        let want = if l["target"] == "ALL" {
+            "inputs"
+        } else {
+            "processed"
+        };
+        assert_eq!(dir, want, "{l}");
+        assert!(path.is_file(), "{l}: no file at its path");
+    }
     samples.insert("poll", lines[0].clone());
     let events = w.err(&r);
     assert_eq!(kinds(&events), ["rejected", "settling"], "{}", r.stderr);
+    assert!(
+        events[1]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("inputs/late.yaml")),
+        "the settling event names its file: {}",
+        r.stderr
+    );
+    samples.insert("settling", events[1].clone());
 
     // The Planner comes back: `wait` delivers its buffer (and the broadcast).
     let r = w.run(&[
@@ -567,10 +588,10 @@ fn mailbox(w: &World) -> Samples {
     }
     let events = w.err(&r);
     assert!(
-        events
-            .iter()
-            .any(|e| e["event"] == "archived" && e["id"] == one.as_str()),
-        "{}",
+        events.iter().any(|e| e["event"] == "archived"
+            && e["id"] == one.as_str()
+            && e["path"].as_str().is_some_and(|p| Path::new(p).is_file())),
+        "the archived event names the record where it is: {}",
         r.stderr
     );
 
@@ -1445,6 +1466,36 @@ fn negatives(w: &World, samples: &Samples) {
         real("poll"),
         &set("agent", json!("Executor")),
         "a poll line has no agent",
+    );
+    contrast(
+        "cli/poll.schema.json#/$defs/checkpoint",
+        real("poll"),
+        &set("path", json!("/r/claimed/Executor/0/hand.json")),
+        "a claim slot, gone once the line is read",
+    );
+    contrast(
+        "cli/poll.schema.json#/$defs/checkpoint",
+        real("poll"),
+        &set("created_at", json!("2026-02-08 14:30:04+07:00")),
+        "created_at not RFC 3339 as sigbox writes it",
+    );
+    contrast(
+        "cli/stderr-event.schema.json",
+        real("settling"),
+        &remove("path"),
+        "a settling event that does not name its file",
+    );
+    contrast(
+        "cli/stderr-event.schema.json",
+        json!({"timestamp": "2026-02-08T14:30:04.123456Z", "level": "INFO", "message": "quarantined", "file": "/r/rejected/b.json"}),
+        &set("file", json!("\"/r/rejected/b.json\"")),
+        "a Debug-quoted path in a log record",
+    );
+    contrast(
+        "cli/log.schema.json",
+        real("log"),
+        &set("path", json!("/r/claimed/Executor/0/x.json")),
+        "a record outside processed/",
     );
     contrast(
         "cli/ls.schema.json",

@@ -187,7 +187,7 @@ fn signals_schema() -> Arc<rmcp::model::JsonObject> {
                      "description": "ABORT, PAUSE, STEER, INFO, RESUME, APPROVE or SKIP"},
             "message": {"type": ["string", "null"]},
             "from": {"type": "string", "description": "sender"},
-            "created_at": {"type": "string", "description": "sent at, UTC"},
+            "created_at": {"type": "string", "description": "sent at, with the sender's offset"},
             "target": {"const": "ALL", "description": "a broadcast"},
             "redelivery": {"type": "integer", "description": "given again: an earlier answer \
                 with it may not have reached you (a connection or server died); act on it \
@@ -225,10 +225,8 @@ fn signal_out(s: &Signal) -> SignalOut {
         signal_type: s.signal_type.as_str().to_string(),
         message: s.message.clone(),
         from: s.from.clone(),
-        created_at: s.created_at.map(|t| {
-            t.with_timezone(&chrono::Utc)
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        }),
+        // As the sender wrote it (its offset kept, spec/cli.md), to the second: fewer tokens.
+        created_at: s.created_at_rfc3339_secs(),
         target: (s.target == Target::All).then(|| "ALL".to_string()),
         redelivery: (s.redelivery() > 0).then(|| s.redelivery()),
     }
@@ -770,6 +768,7 @@ fn run() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .with_ansi(false)
+        .fmt_fields(sigbox_client::logfmt::text_fields())
         .init();
     let agent = args.agent.trim().to_string();
     if let Some(why) = sigbox::agent_name_problem(&agent) {

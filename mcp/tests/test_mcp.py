@@ -558,6 +558,22 @@ class McpServer(unittest.TestCase):
             p.stdin.close()
             p.wait(timeout=10)
 
+    def test_created_at_keeps_the_senders_offset(self):
+        stage = os.path.join(self.tmp.name, "drop.json")
+        with open(stage, "w") as f:
+            f.write('{"type": "INFO", "target": "Executor", "message": "m", '
+                    '"created_at": "2026-05-01T10:00:00.250+07:00"}')
+        past = time.time() - 3600
+        os.utime(stage, (past, past))
+        os.rename(stage, os.path.join(self.root, "inputs", "drop.json"))
+
+        async def go():
+            async with server(self.root) as s:
+                got = text(await s.call_tool("check", {}))["signals"]
+                # The sender's offset, to the second: never converted to UTC.
+                self.assertEqual([g["created_at"] for g in got], ["2026-05-01T10:00:00+07:00"])
+        self.run_async(go())
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -68,13 +68,9 @@ fn signal_dict<'py>(py: Python<'py>, s: &Signal) -> PyResult<Bound<'py, PyDict>>
     d.set_item("message", &s.message)?;
     d.set_item("from", &s.from)?;
     d.set_item("iteration", s.iteration)?;
-    d.set_item(
-        "created_at",
-        s.created_at
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, false)),
-    )?;
+    d.set_item("created_at", s.created_at_rfc3339())?;
     d.set_item("redelivery", s.redelivery())?;
-    d.set_item("path", s.path.to_string_lossy().into_owned())?;
+    d.set_item("path", s.acked_path().to_string_lossy().into_owned())?;
     d.set_item(
         "fields",
         serde_json::Value::Object(s.fields.clone()).to_string(),

@@ -11,7 +11,7 @@ import sys
 import textwrap
 import threading
 import time
-from datetime import timezone
+from datetime import timedelta, timezone
 
 import pytest
 
@@ -77,6 +77,29 @@ def test_unknown_fields_are_kept(root, tmp_path):
     assert s.fields["ticket"] == {"id": 7}
     assert s.created_at is None
     assert s.id.startswith("drop@")
+
+
+def test_path_is_where_the_file_is_once_acknowledged(root, tmp_path):
+    one = sigbox.send(root, "steer", "mine", target="Executor")
+    everyone = sigbox.send(root, "info", "everyone")
+    body = {"type": "INFO", "target": "Executor", "created_at": "2026-05-01T10:00:00.5-03:30"}
+    stage = tmp_path / "drop.json"
+    stage.write_text(json.dumps(body))
+    past = time.time() - 3600
+    os.utime(stage, (past, past))
+    os.rename(stage, os.path.join(root, "inputs", "drop.json"))
+    with Checkpoint(root, "Executor") as cp:
+        got = {s.id: s for s in cp.poll()}
+    mine, all_, dropped = got[one], got[everyone], [s for s in got.values() if s.id.startswith("drop@")][0]
+    # Acknowledged (the with block left): each file is at its path.
+    assert os.path.dirname(mine.path) == os.path.join(root, "processed")
+    assert os.path.dirname(dropped.path) == os.path.join(root, "processed")
+    assert os.path.dirname(all_.path) == os.path.join(root, "inputs")
+    for s in (mine, dropped, all_):
+        assert os.path.isfile(s.path), s
+    # The instant in the offset the sender wrote.
+    assert dropped.created_at.utcoffset() == timedelta(hours=-3, minutes=-30)
+    assert dropped.created_at.isoformat() == "2026-05-01T10:00:00.500000-03:30"
 
 
 def test_every_exception_type(root):

@@ -100,7 +100,12 @@ fn run_vector(v: &Value) -> Result<(), String> {
                 }
             }
             if let Some(a) = step.get("archived")
-                && pass.archived.iter().map(|id| stem(id)).collect::<Vec<_>>() != strings(a)
+                && pass
+                    .archived
+                    .iter()
+                    .map(|a| stem(&a.id))
+                    .collect::<Vec<_>>()
+                    != strings(a)
             {
                 return Err(format!("{ctx}: archived {:?}", pass.archived));
             }

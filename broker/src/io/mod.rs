@@ -660,7 +660,7 @@ impl Io {
                 return Ok(());
             }
             self.portable.store(true, Ordering::Relaxed);
-            tracing::debug!(file = ?to, "RENAME_NOREPLACE refused: portable renames");
+            tracing::debug!(file = %to.display(), "RENAME_NOREPLACE refused: portable renames");
         }
         let _held = self.rename_lock_for(to)?;
         sys::rename_checked_at(src, dst)
@@ -697,7 +697,7 @@ impl Io {
                 // No locks here (some network filesystems): still one winner per source, but
                 // two renames of different files to one name could both succeed.
                 if !self.lock_warned.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(dir = ?dir, error = %e,
+                    tracing::warn!(dir = %dir.display(), error = %e,
                         "cannot lock for renames: no-clobber renames are exclusive on their \
                          source only");
                 }
@@ -794,7 +794,7 @@ impl Io {
                 if let Some(on) = self.link_claims.get() {
                     on.store(false, Ordering::Relaxed);
                 }
-                tracing::debug!(file = ?to, error = %e, "links refused: claims move by rename");
+                tracing::debug!(file = %to.display(), error = %e, "links refused: claims move by rename");
                 Linked::Unlinkable
             }
             Err(e) => return Err(fail(e)),

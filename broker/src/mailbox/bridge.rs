@@ -370,7 +370,7 @@ impl Mailbox {
         let scan = self.scan(outbox, Source::Buffer, &|_| true, SystemTime::now())?;
         let mut out = Vec::new();
         for r in scan.rejects {
-            tracing::warn!(file = ?outbox.join(&r.name), reason = %r.reason, "not a signal in the bridge's outbox; quarantined");
+            tracing::warn!(file = %outbox.join(&r.name).display(), reason = %r.reason, "not a signal in the bridge's outbox; quarantined");
             self.quarantine(outbox, &r.name, &r.reason, host)?;
         }
         for item in scan.items {
@@ -495,7 +495,7 @@ impl Mailbox {
         }
         self.commit(&mut batch)?;
         for r in batch.rejected.drain(..).chain(pass.rejected.drain(..)) {
-            tracing::warn!(file = ?r.path, reason = %r.reason, "cannot export; quarantined");
+            tracing::warn!(file = %r.path.display(), reason = %r.reason, "cannot export; quarantined");
         }
         let mut out = Vec::new();
         for d in batch.take_durable() {
@@ -875,7 +875,7 @@ impl Mailbox {
             }
             Some(other) => other.rejection().unwrap_or_default(),
         };
-        tracing::warn!(file = ?path, %reason, "cannot export; quarantined");
+        tracing::warn!(file = %path.display(), %reason, "cannot export; quarantined");
         self.quarantine(outbox, name, &reason, host)?;
         Ok(None)
     }

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use serde_json::json;
 
 use super::layout::Layout;
-use super::report::{Finished, Pass};
+use super::report::{ArchivedBroadcast, Finished, Pass};
 use super::route::{Item, Source};
 use super::{Mailbox, identity, lossy};
 use crate::atomic::{self, Clobber, Placed};
@@ -67,7 +67,7 @@ impl Mailbox {
                 if let Some(until) =
                     identity::untrusted_settling(&fname, fields, &stamp, self.opts.settle, now)
                 {
-                    pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+                    pass.note_settling(src.clone(), until);
                     return Ok(None);
                 }
                 match parsed {
@@ -216,8 +216,12 @@ impl Mailbox {
     }
 
     /// Archives the broadcast in `inputs/<name>` when the whole quorum has acked it; its id
-    /// when this call archived it.
-    pub(super) fn archive_if_acked(&self, name: &OsStr, agent: &str) -> Result<Option<String>> {
+    /// and its record when this call archived it.
+    pub(super) fn archive_if_acked(
+        &self,
+        name: &OsStr,
+        agent: &str,
+    ) -> Result<Option<ArchivedBroadcast>> {
         let Some((id, stamp)) = self.identify(&self.layout.inputs.join(name), name)? else {
             return Ok(None);
         };
@@ -225,17 +229,18 @@ impl Mailbox {
             return Ok(None);
         }
         let archived = self.archive(name, agent, Archived::Delivered, &[])?;
-        Ok(archived.then_some(id))
+        Ok(archived.map(|path| ArchivedBroadcast { id, path }))
     }
 
-    /// Archives a broadcast into `processed/` with its delivery status.
+    /// Archives a broadcast into `processed/` with its delivery status; its record, unless
+    /// another pass took it first.
     fn archive(
         &self,
         name: &OsStr,
         agent: &str,
         status: Archived,
         unacked: &[String],
-    ) -> Result<bool> {
+    ) -> Result<Option<PathBuf>> {
         let extra = Handled::Archived(status, unacked).fields(agent);
         let mut scratch = Pass::default();
         let inputs = &self.layout.inputs;
@@ -249,7 +254,7 @@ impl Mailbox {
             None,
             Default::default(),
         )?;
-        Ok(r.is_some())
+        Ok(r.map(|d| d.signal.path))
     }
 
     /// Archives every pending broadcast at session end: `delivered` when the quorum acked,
@@ -274,7 +279,7 @@ impl Mailbox {
             } else {
                 Archived::Partial
             };
-            if self.archive(&item.name, agent, status, &unacked)? {
+            if self.archive(&item.name, agent, status, &unacked)?.is_some() {
                 out.push(Finished {
                     id,
                     status,

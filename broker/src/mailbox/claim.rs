@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::inflight::Held;
-use super::report::{Buffered, Pass, Rejection};
+use super::report::{Buffered, Pass, Rejection, Settling};
 use super::route::Item;
 use super::{Mailbox, identity, lossy};
 use crate::atomic::{self, Claimed};
@@ -87,8 +87,8 @@ pub(super) struct Batch {
     durable: usize,
     /// Files a commit found invalid (claims by link are read at the commit) and quarantined.
     pub(super) rejected: Vec<Rejection>,
-    /// When a file a commit put back to settle is to be looked at again.
-    pub(super) next_check: Option<std::time::SystemTime>,
+    /// The files a commit put back to settle, and when each is to be looked at again.
+    pub(super) settling: Vec<Settling>,
 }
 
 /// One place in a batch's FIFO order. Deliveries are the common entry and stay unboxed.
@@ -124,7 +124,7 @@ impl Batch {
             deliveries: Vec::new(),
             durable: 0,
             rejected: Vec::new(),
-            next_check: None,
+            settling: Vec::new(),
         }
     }
 
@@ -196,7 +196,9 @@ impl Batch {
     }
 }
 
-/// What annotating a claimed file found in it.
+/// What annotating a claimed file found in it. A valid signal is the common outcome and
+/// stays unboxed.
+#[allow(clippy::large_enum_variant)]
 enum Recorded {
     /// A valid signal, annotated.
     Signal(Signal),
@@ -273,7 +275,7 @@ impl Mailbox {
             };
             if failed.is_some() {
                 if let Err(e) = self.io.remove(&l.dest) {
-                    tracing::warn!(file = ?l.dest, error = %e, "cannot drop a claim's link");
+                    tracing::warn!(file = %l.dest.display(), error = %e, "cannot drop a claim's link");
                 }
                 continue;
             }
@@ -298,14 +300,14 @@ impl Mailbox {
             Err(e) => {
                 // The source is gone: the file goes back there, pending again.
                 if let Err(back) = self.io.rename_noreplace(&l.dest, &src) {
-                    tracing::warn!(file = ?l.dest, error = %back, "cannot undo a claim");
+                    tracing::warn!(file = %l.dest.display(), error = %back, "cannot undo a claim");
                 }
                 return Err(e);
             }
         };
         Ok(match recorded {
             Recorded::Signal(signal) => Some(Delivery {
-                held: Held::Claim(signal.path.clone()),
+                held: Held::Claim(signal.path.clone(), None),
                 signal,
                 pending: Some(l.dir.clone()),
                 undo: Undo::Claim(src),
@@ -320,8 +322,9 @@ impl Mailbox {
                 None
             }
             Recorded::Unsettled(until) => {
-                self.put_back(&l.dest, &l.dir, &l.name, None)?;
-                batch.next_check = Some(batch.next_check.map_or(until, |t| t.min(until)));
+                if let Some(back) = self.put_back(&l.dest, &l.dir, &l.name, None)? {
+                    batch.settling.push(Settling { path: back, until });
+                }
                 None
             }
         })
@@ -364,7 +367,7 @@ impl Mailbox {
             };
             if !done {
                 stuck += 1;
-                tracing::warn!(file = ?d.signal.path, "cannot take back a delivery that was not handed over");
+                tracing::warn!(file = %d.signal.path.display(), "cannot take back a delivery that was not handed over");
             }
         }
         for dir in dirs.iter().chain(&slots) {
@@ -452,7 +455,7 @@ impl Mailbox {
                     match identity::untrusted_settling(&fname, fields, stamp, self.opts.settle, now)
                     {
                         Some(until) => {
-                            pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+                            pass.note_settling(path.clone(), until);
                             false
                         }
                         None => true,
@@ -631,7 +634,7 @@ impl Mailbox {
             // The handling metadata was appended to the file; `annotate` returned the
             // signal with it.
             Recorded::Signal(signal) => Some(Delivery {
-                held: Held::Claim(signal.path.clone()),
+                held: Held::Claim(signal.path.clone(), None),
                 signal,
                 pending,
                 undo: Undo::Claim(src.to_path_buf()),
@@ -646,8 +649,9 @@ impl Mailbox {
                 None
             }
             Recorded::Unsettled(until) => {
-                self.put_back(dest, dir, name, None)?;
-                pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+                if let Some(back) = self.put_back(dest, dir, name, None)? {
+                    pass.note_settling(back, until);
+                }
                 None
             }
         })
@@ -788,7 +792,7 @@ impl Mailbox {
                         let a = body::annotation(&bytes, format, extra, end);
                         let appended = match file {
                             _ if !body::records_whole(&bytes, format, &a) => {
-                                tracing::debug!(file = ?dest, "no handling record: it would not stay one document");
+                                tracing::debug!(file = %dest.display(), "no handling record: it would not stay one document");
                                 Ok(())
                             }
                             Some(f) => self.io.replace_tail(&f, dest, a.span(&bytes), &a.tail),
@@ -802,7 +806,7 @@ impl Mailbox {
                             Err(e)
                                 if e.io_error().is_some_and(crate::sys::is_permission_denied) =>
                             {
-                                tracing::warn!(file = ?dest, "cannot annotate the claimed file (permission denied); the claim stands");
+                                tracing::warn!(file = %dest.display(), "cannot annotate the claimed file (permission denied); the claim stands");
                             }
                             Err(e) => return Err(e),
                         }
@@ -828,14 +832,14 @@ impl Mailbox {
     /// Puts back a file a claim took by mistake (not the one it decided on, or not settled):
     /// to where it was, or, when that name is taken again, beside it under a fresh `.dup-`
     /// name; durably; with `touch`, its mtime set to now right after the move. The next pass
-    /// sees it as it is.
+    /// sees it as it is. Returns where it went (`None`: it vanished, or no name was free).
     fn put_back(
         &self,
         claimed: &Path,
         dir: &Path,
         name: &OsStr,
         touch: Option<&File>,
-    ) -> Result<()> {
+    ) -> Result<Option<PathBuf>> {
         let back = atomic::with_fresh_names(dir, name, |_, dest| {
             Ok(match self.io.rename_noreplace(claimed, &dest)? {
                 crate::io::Renamed::Done => {
@@ -847,21 +851,21 @@ impl Mailbox {
                     {
                         tracing::warn!(error = %e, "a file put back may be read before it settles");
                     }
-                    Some(())
+                    Some(Some(dest))
                 }
-                crate::io::Renamed::SourceGone => Some(()),
+                crate::io::Renamed::SourceGone => Some(None),
                 crate::io::Renamed::DestExists => None,
             })
         })?;
         if back.is_none() {
-            tracing::warn!(file = ?claimed, "cannot put back a file claimed in a race; it stays in flight");
+            tracing::warn!(file = %claimed.display(), "cannot put back a file claimed in a race; it stays in flight");
         }
         self.io.sync_dir(dir)?;
         if let Some(slot) = claimed.parent() {
             self.io.sync_dir(slot)?;
         }
-        tracing::debug!(file = ?claimed, "put back a file used again under a name being claimed");
-        Ok(())
+        tracing::debug!(file = %claimed.display(), "put back a file used again under a name being claimed");
+        Ok(back.flatten())
     }
 
     /// A claimed file with two links whose other link is `processed/<name>`: a claim straight

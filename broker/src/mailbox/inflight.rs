@@ -56,15 +56,17 @@ impl Flight {
     fn handed(&self, path: &Path) -> bool {
         self.handed
             .iter()
-            .any(|h| matches!(h, Held::Claim(p) | Held::Marker(p) if p == path))
+            .any(|h| matches!(h, Held::Claim(p, _) | Held::Marker(p) if p == path))
     }
 }
 
 /// Where a delivery sits until it is acknowledged.
 #[derive(Clone, Debug)]
 pub(super) enum Held {
-    /// A claimed file in a slot: acknowledged by its move into `processed/`.
-    Claim(PathBuf),
+    /// A claimed file in a slot: acknowledged by its move into `processed/`, under the
+    /// record's path the hand-over named ([`Signal::record`](crate::Signal::record); `None`
+    /// before the hand-over).
+    Claim(PathBuf, Option<PathBuf>),
     /// A broadcast's marker in a slot (its ack is written): acknowledged by its removal.
     Marker(PathBuf),
 }
@@ -239,7 +241,7 @@ impl Mailbox {
                 continue; // an empty slot nobody holds: released again at once
             }
             if let Some(lock) = lock {
-                tracing::info!(slot = ?dir, signals = found.len(), "taking over the claims of a consumer that died");
+                tracing::info!(slot = %dir.display(), signals = found.len(), "taking over the claims of a consumer that died");
                 flight.adopted.push(Slot {
                     dir: dir.clone(),
                     _lock: lock,
@@ -329,14 +331,14 @@ impl Mailbox {
                                 self.io.sync_data(&f, &path)?;
                             }
                             Some(_) => {
-                                tracing::debug!(file = ?path, "no redelivery record: it would not stay one document");
+                                tracing::debug!(file = %path.display(), "no redelivery record: it would not stay one document");
                             }
                             None => {
-                                tracing::warn!(file = ?path, "cannot record the redelivery count in the file (not writable)")
+                                tracing::warn!(file = %path.display(), "cannot record the redelivery count in the file (not writable)")
                             }
                         }
                         sig.fields.extend(extra);
-                        return Ok(Some(Delivery::redelivered(sig, Held::Claim(path))));
+                        return Ok(Some(Delivery::redelivered(sig, Held::Claim(path, None))));
                     }
                     Err(reason) => reason,
                 }
@@ -362,7 +364,7 @@ impl Mailbox {
                 v.get("redelivery").and_then(Value::as_u64).unwrap_or(0),
             ))
         }) else {
-            tracing::warn!(file = ?marker, "dropping an unreadable broadcast marker");
+            tracing::warn!(file = %marker.display(), "dropping an unreadable broadcast marker");
             self.drop_marker(marker)?;
             return Ok(None);
         };
@@ -454,8 +456,8 @@ impl Mailbox {
         let mut done = 0;
         let result = flight.handed.iter().try_for_each(|h| {
             match h {
-                Held::Claim(path) => {
-                    self.settle_claim(path)?;
+                Held::Claim(path, record) => {
+                    self.settle_claim(path, record.as_deref())?;
                     moved = true;
                 }
                 Held::Marker(path) => {
@@ -490,15 +492,76 @@ impl Mailbox {
         Ok(done)
     }
 
-    /// Moves a handed-over claim from its slot into `processed/`.
-    fn settle_claim(&self, path: &Path) -> Result<()> {
+    /// Where a claim at `claimed` (in a slot) is to be acknowledged into, named before its
+    /// hand-over so that what is shown of it says where it will be: `processed/<its name>`,
+    /// or a fresh `.dup-` name when that name is taken, or reserved: another claim of that
+    /// name in flight in any slot (a dropped name used again while the first file waits for
+    /// its acknowledgement) will take it. The slots are looked at before `processed/`, so a
+    /// claim acknowledged meanwhile (one rename from its slot into `processed/`) is seen in
+    /// one or the other. A canonical name sigbox wrote is unique and needs no look at the
+    /// slots.
+    pub(super) fn record_for(&self, claimed: &Path) -> Result<PathBuf> {
+        let name = claimed.file_name().unwrap_or_default();
+        let plain = self.layout.processed.join(name);
+        let fresh = || self.layout.processed.join(atomic::unique_variant(name));
+        if name::parse_canonical(&lossy(name)).is_none() && self.in_flight_elsewhere(claimed)? {
+            return Ok(fresh());
+        }
+        Ok(match self.io.stamp(&plain)? {
+            None => plain,
+            Some(_) => fresh(),
+        })
+    }
+
+    /// True when a slot other than `claimed`'s holds a file of `claimed`'s name.
+    fn in_flight_elsewhere(&self, claimed: &Path) -> Result<bool> {
+        let name = claimed.file_name().unwrap_or_default();
+        for e in self.io.list(&self.layout.claimed, true)? {
+            let Some(agent) = e.name.to_str().filter(|a| crate::signal::valid_agent(a)) else {
+                continue;
+            };
+            for (_, dir) in self.slots(agent)? {
+                if claimed.parent() != Some(dir.as_path())
+                    && self.io.stamp(&dir.join(name))?.is_some()
+                {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Moves a handed-over claim from its slot into `processed/`: to `record`, the path its
+    /// hand-over named, when it has one and it is free.
+    fn settle_claim(&self, path: &Path, record: Option<&Path>) -> Result<()> {
+        if let Some(dest) = record {
+            match self.io.rename_noreplace(path, dest)? {
+                Renamed::Done => return Ok(()),
+                Renamed::SourceGone => {
+                    tracing::warn!(file = %path.display(), "a claim in flight vanished before its acknowledgement");
+                    return Ok(());
+                }
+                Renamed::DestExists if self.same_signal(path, dest)? => {
+                    // Acknowledged before, and a crash kept the slot link.
+                    self.io.remove(path)?;
+                    return Ok(());
+                }
+                // Another file of that name was acknowledged there since the hand-over (two
+                // files of one name in flight at once): this one takes a fresh name.
+                Renamed::DestExists => tracing::warn!(
+                    file = %path.display(),
+                    record = %dest.display(),
+                    "the record's name in processed/ was taken since the hand-over: acknowledged under a fresh name"
+                ),
+            }
+        }
         let name = path.file_name().unwrap_or_default();
         let processed = &self.layout.processed;
         let placed = atomic::with_fresh_names(processed, name, |attempt, dest| {
             Ok(match self.io.rename_noreplace(path, &dest)? {
                 Renamed::Done => Some(()),
                 Renamed::SourceGone => {
-                    tracing::warn!(file = ?path, "a claim in flight vanished before its acknowledgement");
+                    tracing::warn!(file = %path.display(), "a claim in flight vanished before its acknowledgement");
                     Some(())
                 }
                 Renamed::DestExists => {

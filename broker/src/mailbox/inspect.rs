@@ -20,8 +20,9 @@ type Listed = (PathBuf, Vec<Item>, Option<String>);
 
 /// What [`Mailbox::look`] found of a routable item.
 pub(super) enum Look {
-    /// Its id, and its sender when it names one.
-    Pending(String, Option<String>),
+    /// Pending: its identity, its sender when it names one, and its body's `created_at` as
+    /// shown.
+    Pending(String, Option<String>, Option<String>),
     Settling(SystemTime),
     Invalid(String),
     Gone,
@@ -34,10 +35,11 @@ impl Mailbox {
         let mut out = Vec::new();
         for (dir, items, agent) in self.pending_items()? {
             for it in items {
-                if let Look::Pending(id, from) = self.look(&dir, &it)? {
+                if let Look::Pending(id, from, created_at) = self.look(&dir, &it)? {
                     let path = dir.join(&it.name);
                     out.push(Pending {
                         id,
+                        created_at,
                         path,
                         instant: it.instant,
                         type_name: it.type_name,
@@ -168,7 +170,11 @@ impl Mailbox {
             ReadOutcome::Gone => return Ok(Look::Gone),
             ReadOutcome::Bytes(bytes, stamp) => (bytes, stamp),
             _ if it.signal_type.is_none() => {
-                return Ok(Look::Pending(name::signal_id(&fname).to_string(), None));
+                return Ok(Look::Pending(
+                    name::signal_id(&fname).to_string(),
+                    None,
+                    None,
+                ));
             }
             other => return Ok(Look::Invalid(other.rejection().unwrap_or_default())),
         };
@@ -189,8 +195,16 @@ impl Mailbox {
         let from = read.as_ref().ok().and_then(|s| s.from.clone());
         match (read, fields) {
             (Err(reason), _) if it.signal_type.is_some() => Ok(Look::Invalid(reason)),
-            (_, Some(f)) => Ok(Look::Pending(identity::identity(&fname, &f, &stamp), from)),
-            (_, None) => Ok(Look::Pending(name::signal_id(&fname).to_string(), None)),
+            (_, Some(f)) => Ok(Look::Pending(
+                identity::identity(&fname, &f, &stamp),
+                from,
+                body::created_at_text(&f),
+            )),
+            (_, None) => Ok(Look::Pending(
+                name::signal_id(&fname).to_string(),
+                None,
+                None,
+            )),
         }
     }
 

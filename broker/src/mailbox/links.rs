@@ -209,7 +209,7 @@ impl Mailbox {
         {
             self.io.sync_dir(dir)?;
         }
-        tracing::info!(file = ?path, "removed a second link a crash left");
+        tracing::info!(file = %path.display(), "removed a second link a crash left");
         Ok(())
     }
 }

@@ -50,7 +50,9 @@ pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_M
 pub use outbound::{Outbound, OutboundPlace, OutboundSignal};
 pub use pass::PassControl;
 pub use presence::{PauseLock, Presence};
-pub use report::{Buffered, Finished, Pass, Pending, Problem, ProblemKind, Rejection};
+pub use report::{
+    ArchivedBroadcast, Buffered, Finished, Pass, Pending, Problem, ProblemKind, Rejection, Settling,
+};
 
 use crate::atomic::{self, Clobber, Placed};
 use crate::body;
@@ -177,7 +179,7 @@ impl Mailbox {
     /// kept listings, acks, and its claims in flight, which stay in the old root's slots.
     fn follow_root(&self) -> Result<()> {
         if self.io.refresh_root()? {
-            tracing::info!(root = ?self.layout.root, "the root was replaced: following it");
+            tracing::info!(root = %self.layout.root.display(), "the root was replaced: following it");
             self.flights
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

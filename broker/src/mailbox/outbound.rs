@@ -127,11 +127,12 @@ impl Mailbox {
             let outbox = &self.layout.outbox;
             let scan = self.scan(outbox, Source::Buffer, &|_| true, SystemTime::now())?;
             for it in scan.items {
-                let (id, from) = match self.look(outbox, &it)? {
-                    super::inspect::Look::Pending(id, from) => (id, from),
+                let (id, from, created_at) = match self.look(outbox, &it)? {
+                    super::inspect::Look::Pending(id, from, created_at) => (id, from, created_at),
                     super::inspect::Look::Gone => continue,
                     _ => (
                         crate::name::signal_id(&super::lossy(&it.name)).to_string(),
+                        None,
                         None,
                     ),
                 };
@@ -144,6 +145,7 @@ impl Mailbox {
                 waiting.push(OutboundSignal {
                     signal: Pending {
                         id,
+                        created_at,
                         path: outbox.join(&it.name),
                         instant: it.instant,
                         type_name: it.type_name,

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use super::Mailbox;
 use super::claim::{Batch, Delivery, GROUP_COMMIT};
-use super::inflight::{Flight, Orphan};
+use super::inflight::{Flight, Held, Orphan};
 use super::report::Pass;
 use super::route::{Action, Item, Source, Who, decide};
 use super::scan::Scan;
@@ -229,13 +229,17 @@ impl Mailbox {
             });
             scan.note_check(now + HELD_RECHECK);
         }
-        let mut pass = Pass {
-            next_check: match (scan.next_check, buf.next_check) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            },
-            ..Pass::default()
-        };
+        let mut pass = Pass::default();
+        for s in &scan.settling {
+            pass.note_settling(inputs.join(&s.name), s.until);
+        }
+        for s in &buf.settling {
+            pass.note_settling(own.join(&s.name), s.until);
+        }
+        // A check no file names (a pass held back by a bridge).
+        for at in [scan.next_check, buf.next_check].into_iter().flatten() {
+            pass.next_check = Some(pass.next_check.map_or(at, |t| t.min(at)));
+        }
         scan.rejects.extend(buf.rejects);
         for r in scan.rejects {
             let dir = match r.source {
@@ -309,8 +313,8 @@ impl Mailbox {
     fn hand_over(&self, run: &mut Run<'_, '_>) -> Result<()> {
         // What the commit found invalid or unsettled among claims by link.
         run.pass.rejected.append(&mut run.batch.rejected);
-        if let Some(t) = run.batch.next_check.take() {
-            run.pass.next_check = Some(run.pass.next_check.map_or(t, |n| n.min(t)));
+        for s in std::mem::take(&mut run.batch.settling) {
+            run.pass.note_settling(s.path, s.until);
         }
         let ready = run.batch.take_durable();
         if ready.is_empty() {
@@ -320,6 +324,22 @@ impl Mailbox {
             // Nothing more goes to a caller that could not take the last group.
             self.undo(ready)?;
             return Ok(());
+        }
+        // Each claim's record in processed/ is named now, so that what the caller shows of it
+        // says where the file will be once acknowledged (spec/cli.md, `path`).
+        let mut ready = ready;
+        let named = ready.iter_mut().try_for_each(|d| {
+            if let Held::Claim(slot, record) = &mut d.held {
+                let r = self.record_for(slot)?;
+                d.signal.record = Some(r.clone());
+                *record = Some(r);
+            }
+            Ok::<(), Error>(())
+        });
+        if let Err(e) = named {
+            run.handing.failed = true;
+            self.undo(ready)?;
+            return Err(e);
         }
         let signals: Vec<Signal> = ready.iter().map(|d| d.signal.clone()).collect();
         if let Err(e) = (run.handing.to)(&signals) {
@@ -475,8 +495,8 @@ impl Mailbox {
             match self.archive_if_acked(&item.name, agent) {
                 Err(e) if refused.note(self.refused_alone(&e), &e) => {}
                 archived => {
-                    if let Some(id) = archived? {
-                        run.pass.archived.push(id);
+                    if let Some(a) = archived? {
+                        run.pass.archived.push(a);
                     }
                 }
             }

@@ -58,7 +58,7 @@ impl Mailbox {
                 match atomic::claim_refused(&self.io, &src, &dest, write_reason)? {
                     Claimed::Lost => Some(None),
                     Claimed::Won(_) => {
-                        tracing::info!(file = ?src, reason, "quarantined");
+                        tracing::info!(from = %src.display(), file = %dest.display(), reason, "quarantined");
                         Some(Some(Rejection {
                             name: lossy(name),
                             path: dest,
@@ -90,7 +90,7 @@ impl Mailbox {
         if crate::io::is_hard_link_reason(reason)
             && let Some(Some(until)) = self.links_waiting(&dir.join(name))?
         {
-            pass.next_check = Some(pass.next_check.map_or(until, |t| t.min(until)));
+            pass.note_settling(dir.join(name), until);
             return Ok(());
         }
         if let Some(r) = self.quarantine(dir, name, reason, agent)? {

@@ -38,17 +38,50 @@ pub struct Pass {
     /// Signals the orchestrator moved to an absent agent's buffer.
     pub buffered: Vec<Buffered>,
     /// Broadcasts the orchestrator archived because the quorum had acked.
-    pub archived: Vec<String>,
+    pub archived: Vec<ArchivedBroadcast>,
     /// Files moved to quarantine.
     pub rejected: Vec<Rejection>,
     /// True when the pass stopped early after a PAUSE or ABORT.
     pub stopped: bool,
-    /// When a dropped file that is still settling becomes eligible: check again then.
+    /// When a dropped file that is still settling becomes eligible: check again then (the
+    /// earliest of [`Pass::settling`]).
     pub next_check: Option<SystemTime>,
+    /// The files the pass left to settle (written in place within the settle window, spec
+    /// §5), each once, with when it becomes eligible if unchanged.
+    pub settling: Vec<Settling>,
     /// Set when the pass stopped early because of this error *after* delivering signals: the
     /// signals in `delivered` are durably claimed and must be acted on; the error must be
     /// reported too. (Without deliveries the pass returns the error itself.)
     pub interrupted: Option<Error>,
+}
+
+impl Pass {
+    /// Notes that the file at `path` is still settling until `until`.
+    pub(super) fn note_settling(&mut self, path: PathBuf, until: SystemTime) {
+        self.next_check = Some(self.next_check.map_or(until, |t| t.min(until)));
+        match self.settling.iter_mut().find(|s| s.path == path) {
+            Some(s) => s.until = s.until.min(until),
+            None => self.settling.push(Settling { path, until }),
+        }
+    }
+}
+
+/// A broadcast archived into `processed/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchivedBroadcast {
+    /// The signal id.
+    pub id: String,
+    /// Its record in `processed/`, where it is now.
+    pub path: PathBuf,
+}
+
+/// A file written in place that a pass left to settle (spec/mailbox.md §5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settling {
+    /// The file.
+    pub path: PathBuf,
+    /// When it becomes eligible if it does not change again.
+    pub until: SystemTime,
 }
 
 /// A pending signal, as `ls` shows it.
@@ -60,6 +93,9 @@ pub struct Pending {
     pub path: PathBuf,
     /// The instant FIFO order uses, in nanoseconds since the Unix epoch.
     pub instant: i128,
+    /// The body's `created_at` as every output shows it (the offset it was written with,
+    /// [`Signal::created_at_rfc3339`]); `None` when the body has none (or was not read).
+    pub created_at: Option<String>,
     /// The type as written.
     pub type_name: String,
     /// The target.

@@ -75,8 +75,15 @@ class SignalType(str, enum.Enum):
 def _datetime(text: Optional[str]) -> Optional[datetime]:
     if text is None:
         return None
-    # Python 3.9's fromisoformat wants `+00:00`, never `Z`; sigbox writes microseconds.
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    # The instant keeps the offset the sender wrote. Python 3.9's fromisoformat wants
+    # `+00:00`, never `Z`, and 0, 3 or 6 fractional digits: a datetime holds microseconds.
+    text = text.replace("Z", "+00:00")
+    if text[19:20] == ".":
+        end = 20
+        while end < len(text) and text[end].isdigit():
+            end += 1
+        text = text[:20] + text[20:end][:6].ljust(6, "0") + text[end:]
+    return datetime.fromisoformat(text)
 
 
 @dataclass(frozen=True)
@@ -93,10 +100,14 @@ class Signal:
     """Who sent it (the body's `from`)."""
     iteration: Optional[int]
     created_at: Optional[datetime]
-    """When it was created: timezone-aware, or None when the body does not say."""
+    """When it was created: timezone-aware, in the offset the sender wrote, or None when the
+    body does not say."""
     redelivery: int
     """0, or how many times it was given again after a consumer stopped before the hand-over."""
     path: str
+    """Where the file is once this delivery is acknowledged (by `ack()`, the next `poll` or
+    `wait`, or leaving the `with` block): its record in `processed/`; for a broadcast, its file
+    in `inputs/`, where it stays until the orchestrator archives it into `processed/`."""
     fields: Dict[str, Any] = field(hash=False)
     """The whole body, unknown fields included: this signal's own copy."""
 

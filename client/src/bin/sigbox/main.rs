@@ -247,8 +247,8 @@ fn hook(root: &std::path::Path, args: &cli::HookArgs) -> anyhow::Result<ExitCode
 }
 
 /// Logging on stderr: `-v` and `RUST_LOG` choose how much; under `--json`, one JSON object per
-/// line like everything else there (values escaped by JSON), else text whose values are
-/// written with their control characters escaped (paths as `Debug`).
+/// line like everything else there (values escaped by JSON, a path a plain string), else text
+/// whose values are written with their control characters escaped.
 fn init_tracing(verbose: u8, json: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
@@ -269,6 +269,7 @@ fn init_tracing(verbose: u8, json: bool) {
     } else {
         fmt.with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
             .compact()
+            .fmt_fields(sigbox_client::logfmt::text_fields())
             .init();
     }
 }

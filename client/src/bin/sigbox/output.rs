@@ -202,19 +202,7 @@ fn write_until_stopped(
 /// senders (a message, a file name, a reason quoting either) never moves the cursor, clears
 /// the screen or rings the bell of a person's terminal, and one record stays one line.
 pub(crate) fn escape(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(|c| c.is_control() && c != '\t') {
-        return s.into();
-    }
-    s.chars()
-        .map(|c| {
-            if c.is_control() && c != '\t' {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect::<String>()
-        .into()
+    sigbox_client::logfmt::escape_controls(s)
 }
 
 /// A path as JSON: a string, with any bytes that are not UTF-8 replaced (U+FFFD), so that a
@@ -232,20 +220,21 @@ pub(crate) fn target_json(t: &Target) -> Value {
 }
 
 /// The JSON form of a delivered signal: `id`, `type` (upper case; STOP as ABORT), `target`,
-/// `message`, `created_at`, `from`, `iteration`, `redelivery` (0, or how many times it was
-/// delivered again after a consumer died before handing it over), `path` (where the file was
-/// when it was handed over), and `fields` (the whole body).
+/// `message`, `created_at` (with the offset it was written with), `from`, `iteration`,
+/// `redelivery` (0, or how many times it was delivered again after a consumer died before
+/// handing it over), `path` (where the file is once the delivery is acknowledged: its record
+/// in `processed/`, or a broadcast's file in `inputs/`), and `fields` (the whole body).
 pub(crate) fn signal_json(s: &Signal) -> Value {
     json!({
         "id": s.id,
         "type": s.signal_type.as_str(),
         "target": target_json(&s.target),
         "message": s.message,
-        "created_at": s.created_at.map(|t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+        "created_at": s.created_at_rfc3339(),
         "from": s.from,
         "iteration": s.iteration,
         "redelivery": s.redelivery(),
-        "path": path_json(&s.path),
+        "path": path_json(s.acked_path()),
         "fields": Value::Object(s.fields.clone()),
     })
 }

@@ -137,7 +137,7 @@ fn pause_record(s: &Signal) -> Value {
         "id": s.id,
         "from": s.from,
         "message": s.message,
-        "created_at": s.created_at.map(|t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)),
+        "created_at": s.created_at_rfc3339(),
         "taken_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         "line": plain_line(s),
     })
@@ -162,11 +162,8 @@ fn plain_line(s: &Signal) -> String {
     if let Some(f) = &s.from {
         line.push_str(&format!(" from {f}"));
     }
-    if let Some(t) = s.created_at {
-        line.push_str(&format!(
-            " at {}",
-            t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        ));
+    if let Some(t) = s.created_at_rfc3339_secs() {
+        line.push_str(&format!(" at {t}"));
     }
     match s.message.as_deref().filter(|m| !m.trim().is_empty()) {
         Some(m) => line.push_str(&format!(": {m}")),

@@ -124,27 +124,32 @@ fn tell(notes: &sigbox_client::Notes) {
             ),
         ));
     }
-    for id in &notes.archived {
+    for a in &notes.archived {
         lines.push((
-            json!({"event": "archived", "id": id}),
-            format!("archived broadcast {id}: every quorum agent has acked it"),
+            json!({"event": "archived", "id": a.id, "path": path_json(&a.path)}),
+            format!(
+                "archived broadcast {} into {}: every quorum agent has acked it",
+                a.id,
+                a.path.display()
+            ),
         ));
     }
     for r in &notes.rejected {
         lines.push((
             json!({"event": "rejected", "name": r.name, "path": path_json(&r.path), "reason": r.reason}),
-            format!("quarantined {} into rejected/: {}", r.name, r.reason),
+            format!("quarantined {} into {}: {}", r.name, r.path.display(), r.reason),
         ));
     }
-    if let Some(at) = notes.next_check {
-        let left = at
+    for s in &notes.settling {
+        let left = s
+            .until
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO);
         lines.push((
-            json!({"event": "settling", "eligible_at": rfc3339(at)}),
+            json!({"event": "settling", "path": path_json(&s.path), "eligible_at": rfc3339(s.until)}),
             format!(
-                "a file written in place is still settling: eligible in {:.1} s if unchanged \
-                 (`sigbox ls` lists it)",
+                "{} is still settling (written in place): eligible in {:.1} s if unchanged",
+                s.path.display(),
                 left.as_secs_f64()
             ),
         ));
@@ -338,11 +343,22 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
         // The type as a pass delivers it (`stop` is ABORT); an unknown one as written.
         let known = SignalType::parse(&p.type_name);
         let type_name = known.map_or(p.type_name.clone(), |t| t.as_str().to_string());
+        // The body's created_at as poll shows it (the sender's offset); else the instant it
+        // is ordered by (the name's, or the file's mtime), in UTC.
+        let body_instant = p.created_at.as_deref().and_then(|t| {
+            let t = chrono::DateTime::parse_from_rfc3339(t).ok()?;
+            t.timestamp_nanos_opt().map(i128::from)
+        });
+        let since = body_instant.unwrap_or(p.instant);
+        let created_at = match (&p.created_at, body_instant) {
+            (Some(t), Some(_)) => json!(t),
+            _ => instant_json(p.instant),
+        };
         let v = json!({
             "kind": kind, "id": p.id, "type": type_name, "known_type": known.is_some(),
             "target": target_json(&p.target),
             "buffered_for": p.buffered_for, "path": path_json(&p.path),
-            "created_at": instant_json(p.instant), "age_ms": age_ms(p.instant),
+            "created_at": created_at, "age_ms": age_ms(since),
             "acked_by": acked,
             "outbound": away.as_ref().map(|(o, reason)| json!({
                 "agent": o.agent, "host": o.host, "reason": reason,
@@ -351,13 +367,18 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
         out.emit(&v, || {
             let mut line = format!(
                 "{:>4}  {:<7} {:<12} {}",
-                age(p.instant),
+                age(since),
                 type_name,
                 p.target.to_string(),
                 p.id
             );
             if known.is_none() {
-                line.push_str("  (unknown type: no agent takes it; it stays in inputs/)");
+                line.push_str(&match &p.buffered_for {
+                    Some(a) => {
+                        format!("  (unknown type: no agent takes it; it stays in buffered/{a}/)")
+                    }
+                    None => "  (unknown type: no agent takes it; it stays in inputs/)".into(),
+                });
             }
             if let Some(a) = &p.buffered_for {
                 line.push_str(&format!("  (buffered for {a})"));
@@ -467,6 +488,7 @@ pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<ExitCode> {
                     "message": s.message, "handled_by": h.handled_by,
                     "handled_at": h.handled_at, "action_taken": h.action_taken,
                     "status": status, "unacked": h.unacked_agents,
+                    "path": path_json(&s.path),
                 });
                 let shown = |v: &Option<String>| v.as_deref().unwrap_or("?").to_string();
                 out.emit(&v, || {
