@@ -905,7 +905,7 @@ fn arrive(
         agent,
         &json!({"why": "arriving: waiting for what went ahead of its signals", "from": record.from, "revision": record.revision}),
     );
-    tracing::info!(%agent, from = ?record.from, revision = record.revision, "agent taken here: its signals are held back until the hand-off is over");
+    tracing::info!(%agent, from = record.from.as_deref().unwrap_or("none"), revision = record.revision, "agent taken here: its signals are held back until the hand-off is over");
     arrivals.insert(
         agent.to_string(),
         Arrival {
