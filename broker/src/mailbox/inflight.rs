@@ -46,6 +46,17 @@ pub(super) struct Flight {
 }
 
 impl Flight {
+    /// How many slots of dead consumers this handle holds: a mark for [`Flight::let_go_since`].
+    pub(super) fn adoption_mark(&self) -> usize {
+        self.adopted.len()
+    }
+
+    /// Lets go of the slots taken over since `mark` (their locks are released): what they hold
+    /// stays in flight for whoever takes them next.
+    pub(super) fn let_go_since(&mut self, mark: usize) {
+        self.adopted.truncate(mark);
+    }
+
     fn holds(&self, dir: &Path) -> bool {
         self.own.iter().chain(&self.adopted).any(|s| s.dir == dir)
     }

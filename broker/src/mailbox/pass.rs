@@ -195,13 +195,17 @@ impl Mailbox {
         // A running bridge holds this agent's signals back here: it belongs to another host,
         // or what it had not taken elsewhere is still on its way (spec/bridge.md §5). Its
         // signals wait (what dead consumers left, its buffer, its own in inputs/);
-        // broadcasts, which travel apart, are delivered.
-        let held = self.bridge_holds(agent);
-        let orphans = if held {
-            Vec::new()
-        } else {
-            self.orphans(agent, flight)?
-        };
+        // broadcasts, which travel apart, are delivered. Looked at only when the pass has
+        // something of the agent's: an idle pass pays nothing for it.
+        let hold = std::cell::OnceCell::new();
+        let held = || *hold.get_or_init(|| self.bridge_holds(agent));
+        let adopted = flight.adoption_mark();
+        let mut orphans = self.orphans(agent, flight)?;
+        if !orphans.is_empty() && held() {
+            // Left for the bridge: the slots taken over just now are let go again.
+            orphans.clear();
+            flight.let_go_since(adopted);
+        }
         let now = SystemTime::now();
         // A subagent only ever acts on its own, broadcast, and (none) files: skip the rest by
         // name. APPROVE/SKIP are never for a subagent.
@@ -211,22 +215,21 @@ impl Mailbox {
         let own = self.layout.buffer_dir(agent);
         // A buffer planted as a link (or anything but a directory) is refused alone: the
         // signals in inputs/ are still delivered (spec/mailbox.md §8).
-        let buf = if held {
-            Scan::default()
-        } else {
-            match self.scan_cached(&own, Source::Buffer, agent, &|_| true, now) {
-                Err(e) if self.refused_alone(&e).is_some() => {
-                    tracing::warn!("{e}; skipped until then, everything else is delivered");
-                    Scan::default()
-                }
-                other => other?,
+        let mut buf = match self.scan_cached(&own, Source::Buffer, agent, &|_| true, now) {
+            Err(e) if self.refused_alone(&e).is_some() => {
+                tracing::warn!("{e}; skipped until then, everything else is delivered");
+                Scan::default()
             }
+            other => other?,
         };
-        if held {
-            scan.items.retain(|it| {
-                it.signal_type
-                    .is_none_or(|ty| self.consumer_agent(ty, &it.target) != Some(agent))
-            });
+        let mine = |it: &Item| {
+            it.signal_type
+                .is_some_and(|ty| self.consumer_agent(ty, &it.target) == Some(agent))
+        };
+        let buffered = !buf.items.is_empty() || !buf.rejects.is_empty() || !buf.settling.is_empty();
+        if (buffered || scan.items.iter().any(mine)) && held() {
+            buf = Scan::default();
+            scan.items.retain(|it| !mine(it));
             scan.note_check(now + HELD_RECHECK);
         }
         let mut pass = Pass::default();
