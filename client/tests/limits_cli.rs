@@ -73,6 +73,15 @@ fn poll_with_too_few_descriptors_claims_nothing() {
     assert!(mb.rejected().unwrap().is_empty());
 }
 
+/// `sigbox --root <root> --json poll --as Executor`, to be run.
+fn json_poll(root: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("--root")
+        .arg(root)
+        .args(["--json", "poll", "--as", "Executor"]);
+    c
+}
+
 /// A dropped file just under the cap: its record (the signal and the handling block a claim
 /// writes into it) is over the cap, and the cap is the signal's. A consumer killed while
 /// handing it over leaves it to the next, which delivers it again, marked; once delivered,
@@ -98,15 +107,7 @@ fn a_signal_under_the_cap_is_never_refused_for_its_record() {
     std::fs::rename(&staged, root.join("inputs/big.json")).unwrap();
     // A consumer blocked handing it over (a pipe nobody reads: far smaller than the signal),
     // killed there.
-    let mut c = Command::new(BIN)
-        .args([
-            "--root",
-            root.to_str().unwrap(),
-            "--json",
-            "poll",
-            "--as",
-            "Executor",
-        ])
+    let mut c = json_poll(&root)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -116,17 +117,7 @@ fn a_signal_under_the_cap_is_never_refused_for_its_record() {
     c.kill().unwrap();
     c.wait().unwrap();
     // The next consumer gets it again, marked, whole.
-    let out = Command::new(BIN)
-        .args([
-            "--root",
-            root.to_str().unwrap(),
-            "--json",
-            "poll",
-            "--as",
-            "Executor",
-        ])
-        .output()
-        .unwrap();
+    let out = json_poll(&root).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -174,17 +165,7 @@ fn a_signal_under_the_cap_is_never_refused_for_its_record() {
     std::fs::write(&staged, &over).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
     std::fs::rename(&staged, root.join("inputs/over.json")).unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "--root",
-            root.to_str().unwrap(),
-            "--json",
-            "poll",
-            "--as",
-            "Executor",
-        ])
-        .output()
-        .unwrap();
+    let out = json_poll(&root).output().unwrap();
     assert!(out.status.success());
     assert!(out.stdout.is_empty());
     let why = std::fs::read_to_string(root.join("rejected/over.json.reason.json")).unwrap();
