@@ -234,9 +234,10 @@ fn a_second_link_that_stays_is_refused_once_its_time_has_passed() {
     let ls = sigbox(&root, &["--json", "ls"]).output().unwrap();
     let ls = String::from_utf8(ls.stdout).unwrap();
     assert!(
-        ls.lines()
-            .any(|l| l.contains("planted.yaml") && l.contains("\"settling\"")),
-        "ls shows the file as settling: {ls}"
+        ls.lines().any(|l| l.contains("planted.yaml")
+            && l.contains("\"settling\"")
+            && l.contains("second link")),
+        "ls shows the file as settling, for its second link: {ls}"
     );
     // Once its links have not changed for the window: refused with the hard-link reason,
     // never read, the file outside untouched.

@@ -95,6 +95,7 @@ impl Mailbox {
                 kind: ProblemKind::Settling {
                     until: s.until,
                     window,
+                    second_link: s.links,
                 },
             }));
         }
@@ -105,7 +106,11 @@ impl Mailbox {
                     Look::Pending(..) | Look::Gone => {}
                     Look::Settling(until) => out.push(Problem {
                         path,
-                        kind: ProblemKind::Settling { until, window },
+                        kind: ProblemKind::Settling {
+                            until,
+                            window,
+                            second_link: false,
+                        },
                     }),
                     Look::Invalid(reason) => out.push(Problem {
                         kind: self.invalid(&dir, &it.name, reason)?,

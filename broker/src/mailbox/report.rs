@@ -126,6 +126,9 @@ pub enum ProblemKind {
         until: SystemTime,
         /// The settle window.
         window: Duration,
+        /// It waits for a second link to go (a delivery or a claim by link, spec
+        /// mailbox.md §3.3), not for a writer to finish.
+        second_link: bool,
     },
     /// Invalid: the next pass quarantines it (spec §8).
     Invalid {
@@ -162,6 +165,11 @@ impl Problem {
     /// The reason, in one line.
     pub fn reason(&self) -> String {
         match &self.kind {
+            ProblemKind::Settling {
+                second_link: true, ..
+            } => "it has a second link: read once that link is gone (a delivery or a claim by \
+                  link); quarantined unread if it stays"
+                .to_string(),
             ProblemKind::Settling { window, .. } => {
                 format!("changed less than {window:?} ago: waiting for the writer to finish")
             }

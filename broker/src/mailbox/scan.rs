@@ -29,6 +29,8 @@ pub(super) struct Reject {
 #[derive(Clone, Debug)]
 pub(super) struct Settling {
     pub(super) name: OsString,
+    /// It waits for a second link to go (spec §3.3), not for a writer to finish.
+    pub(super) links: bool,
     /// When it becomes eligible if it does not change again.
     pub(super) until: SystemTime,
 }
@@ -54,7 +56,11 @@ impl Scan {
 
     fn note_settling(&mut self, name: OsString, until: SystemTime) {
         self.next_check = Some(self.next_check.map_or(until, |t| t.min(until)));
-        self.settling.push(Settling { name, until });
+        self.settling.push(Settling {
+            name,
+            links: false,
+            until,
+        });
     }
 
     fn reject(&mut self, name: OsString, source: Source, reason: String) {
@@ -307,6 +313,9 @@ impl Mailbox {
             && self.own_link(at.dir, &name)?.is_none()
         {
             scan.note_settling(name, until);
+            if let Some(s) = scan.settling.last_mut() {
+                s.links = true;
+            }
             return Ok(());
         }
         if !self.came_whole(&path, &stamp)

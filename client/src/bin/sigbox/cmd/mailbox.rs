@@ -423,7 +423,9 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
     for p in mb.problems()? {
         let path = path_json(&p.path);
         let (v, line) = match &p.kind {
-            ProblemKind::Settling { until, .. } => {
+            ProblemKind::Settling {
+                until, second_link, ..
+            } => {
                 let left = until
                     .duration_since(SystemTime::now())
                     .unwrap_or(Duration::ZERO);
@@ -431,8 +433,13 @@ pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCo
                     json!({"kind": "settling", "path": path,
                            "eligible_at": rfc3339(*until), "reason": p.reason()}),
                     format!(
-                        "  --  {}  (settling: written in place, eligible in {:.1} s if unchanged)",
+                        "  --  {}  (settling: {}, eligible in {:.1} s if unchanged)",
                         p.path.display(),
+                        if *second_link {
+                            "a second link, waiting for it to go"
+                        } else {
+                            "written in place"
+                        },
                         left.as_secs_f64()
                     ),
                 )
