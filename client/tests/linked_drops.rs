@@ -82,6 +82,19 @@ fn errors(logs: &[(String, PathBuf)]) -> String {
         .collect()
 }
 
+/// Waits until `want` messages were printed in all (or a generous minute passed), then stops
+/// the loops and waits for them.
+fn stop_once_delivered(logs: &[(String, PathBuf)], want: usize, stop: &Path, loops: Vec<Child>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while delivered(logs).len() < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(stop, b"").unwrap();
+    for mut c in loops {
+        c.wait().unwrap();
+    }
+}
+
 #[test]
 fn claims_by_link_under_way_are_never_taken_for_hostile_links() {
     let tmp = tempfile::tempdir().unwrap();
@@ -111,15 +124,7 @@ fn claims_by_link_under_way_are_never_taken_for_hostile_links() {
         std::thread::sleep(Duration::from_millis(3));
     }
     // Until every consumer's signal was printed (or a generous bound passed).
-    let want = n - n / targets.len();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while delivered(&logs).len() < want && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::fs::write(&stop, b"").unwrap();
-    for mut c in loops {
-        c.wait().unwrap();
-    }
+    stop_once_delivered(&logs, n - n / targets.len(), &stop, loops);
     assert_eq!(
         rejected(&root),
         Vec::<String>::new(),
@@ -192,14 +197,7 @@ fn maildir_drops_are_read_once_their_other_name_is_gone() {
         std::fs::remove_file(&f).unwrap();
         std::thread::sleep(Duration::from_millis(20));
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while delivered(&logs).len() < n && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::fs::write(&stop, b"").unwrap();
-    for mut c in loops {
-        c.wait().unwrap();
-    }
+    stop_once_delivered(&logs, n, &stop, loops);
     assert_eq!(
         rejected(&root),
         Vec::<String>::new(),
