@@ -968,7 +968,9 @@ impl Io {
     /// several files of one directory and syncs it once after.
     pub(crate) fn remove_emptied(&self, path: &Path) -> Result<bool> {
         self.check_poison(path)?;
-        if self.durability == Durability::Durable {
+        // Only where a directory's fsync leaves the freed inode unwritten: the filesystems
+        // whose claims go by link (a journal writes the two together).
+        if self.durability == Durability::Durable && self.link_claims() {
             let (dir, name) = match self.place(path) {
                 Ok(p) => p,
                 Err(e)
