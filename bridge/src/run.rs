@@ -16,6 +16,7 @@ use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self, AckKind, Context};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
+use sigbox::bridge_state::{BridgeCounts, BridgeState};
 use sigbox::{Imported, Mailbox, MailboxOptions, Outgoing};
 use tokio::task::JoinHandle;
 
@@ -51,6 +52,9 @@ const HANDOFF_WAIT: Duration = Duration::from_secs(30);
 /// `status` shows it silent).
 const SILENT: Duration = Duration::from_secs(10);
 
+/// The field of one count in the state file.
+type CountField = fn(&mut BridgeCounts) -> &mut Option<u64>;
+
 /// What the bridge counts, for `status` and `doctor`.
 #[derive(Default)]
 struct Counters {
@@ -67,19 +71,36 @@ struct Counters {
 }
 
 impl Counters {
-    /// The counts that run on across restarts, by their name in the state file. What was
-    /// exported is not among them: it is counted from what is durable (see [`state_of`]).
-    fn cumulative(&self) -> [(&'static str, &AtomicU64); 8] {
+    /// The counts that run on across restarts, each with its field in the state file. What
+    /// was exported is not among them: it is counted from what is durable (see [`state_of`]).
+    fn cumulative(&self) -> [(&AtomicU64, CountField); 8] {
         [
-            ("duplicates_published", &self.duplicates_published),
-            ("imported", &self.imported),
-            ("already_here", &self.already_here),
-            ("own_broadcasts", &self.own_broadcasts),
-            ("acks_imported", &self.acks_imported),
-            ("refused", &self.refused),
-            ("refused_exports", &self.refused_exports),
-            ("errors", &self.errors),
+            (&self.duplicates_published, |c| &mut c.duplicates_published),
+            (&self.imported, |c| &mut c.imported),
+            (&self.already_here, |c| &mut c.already_here),
+            (&self.own_broadcasts, |c| &mut c.own_broadcasts),
+            (&self.acks_imported, |c| &mut c.acks_imported),
+            (&self.refused, |c| &mut c.refused),
+            (&self.refused_exports, |c| &mut c.refused_exports),
+            (&self.errors, |c| &mut c.errors),
         ]
+    }
+
+    /// The counts as the state file holds them.
+    fn snapshot(&self) -> BridgeCounts {
+        let mut counts = BridgeCounts::default();
+        for (counter, field) in self.cumulative() {
+            *field(&mut counts) = Some(counter.load(Ordering::Relaxed));
+        }
+        counts
+    }
+
+    /// Runs on from the counts of the last state file (a missing one from 0).
+    fn restore(&self, last: &BridgeCounts) {
+        let mut last = last.clone();
+        for (counter, field) in self.cumulative() {
+            counter.store(field(&mut last).unwrap_or(0), Ordering::Relaxed);
+        }
     }
 
     fn error(&self, what: &str, e: &dyn std::fmt::Display) {
@@ -177,17 +198,11 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         .bridge_state()
         .ok()
         .flatten()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|b| BridgeState::from_json(&b).ok())
     {
-        for (key, counter) in counts.cumulative() {
-            counter.store(last[key].as_u64().unwrap_or(0), Ordering::Relaxed);
-        }
-        if let Some(m) = last["claimed"].as_object() {
-            for (agent, t) in m {
-                if let Some(t) = t.as_i64() {
-                    claimed.insert(agent.clone(), i128::from(t));
-                }
-            }
+        counts.restore(&last.counts);
+        for (agent, t) in last.claimed.unwrap_or_default() {
+            claimed.insert(agent, i128::from(t));
         }
     }
     let bridge = Arc::new(Bridge {
@@ -257,7 +272,7 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
     let js = jetstream::new(client);
     let hosts = loop {
         let made = match setup(&js, &b.names, &b.setup).await {
-            Ok(kv) => Hosts::open(kv, &b.host, state_of(&b, true)).await,
+            Ok(kv) => Hosts::open(kv, &b.host, state_of(&b, true).to_value()).await,
             Err(e) => Err(e),
         };
         match made {
@@ -359,7 +374,7 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
     }
     // The other hosts see this one stopped, not silent.
     if lock(&b.fatal).is_none() {
-        let last = state_of(&b, false);
+        let last = state_of(&b, false).to_value();
         match tokio::time::timeout(Duration::from_secs(5), hosts_final.publish(last)).await {
             Ok(Ok(())) => tracing::info!("recorded this host stopped"),
             Ok(Err(e)) => tracing::warn!("cannot record this host stopped: {e:#}"),
@@ -1321,7 +1336,7 @@ async fn double_ack(m: &jetstream::Message) -> Result<()> {
 async fn state_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
     while !b.stop.load(Ordering::Relaxed) {
         let state = write_state(&b, true);
-        match hosts.publish(state).await {
+        match hosts.publish(state.to_value()).await {
             Ok(()) => {}
             Err(e) if e.downcast_ref::<crate::hosts::Clash>().is_some() => {
                 tracing::error!("{e}");
@@ -1348,20 +1363,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// This host's state, written to `bridge/state.json`; returned.
-fn write_state(b: &Bridge, running: bool) -> Value {
+fn write_state(b: &Bridge, running: bool) -> BridgeState {
     let state = state_of(b, running);
-    let mut bytes = serde_json::to_vec_pretty(&state).unwrap_or_default();
-    bytes.push(b'\n');
-    if let Err(e) = b.mb.bridge_write_state(&bytes) {
+    if let Err(e) = b.mb.bridge_write_state(&state.to_json()) {
         tracing::warn!("cannot write the bridge's state: {e}");
     }
     state
 }
 
 /// This host's state now.
-fn state_of(b: &Bridge, running: bool) -> Value {
+fn state_of(b: &Bridge, running: bool) -> BridgeState {
     let c = &b.counts;
-    let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
     // Exported: the records in bridge/sent/ and the markers in bridge/broadcasts/, written
     // only once the server acknowledged each (spec/bridge.md §7): never more or less than
     // what is durable, whenever the bridge was killed.
@@ -1369,36 +1381,37 @@ fn state_of(b: &Bridge, running: bool) -> Value {
     let marked = b.mb.bridge_broadcasts_marked().unwrap_or_default();
     let mut here: Vec<String> = lock(&b.here).iter().cloned().collect();
     here.sort();
-    let state = json!({
-        "host": b.host,
-        "nats": b.nats,
-        "pid": std::process::id(),
-        "running": running,
-        "ready": b.ready.load(Ordering::Relaxed),
-        "connected": b.client.get().is_some_and(|c| {
-            c.connection_state() == async_nats::connection::State::Connected
-        }),
-        "mailbox": b.names.mailbox(),
-        "started_at": b.started,
-        "updated_at": chrono::Utc::now().to_rfc3339(),
-        "present": *lock(&c.present),
-        "here": here,
-        "arriving": *lock(&b.arriving),
-        "claimed": lock(&b.claimed)
-            .iter()
-            .map(|(a, t)| (a.clone(), json!(i64::try_from(*t).unwrap_or(i64::MAX))))
-            .collect::<serde_json::Map<String, Value>>(),
-        "last_error": *lock(&c.last_error),
-        "outbox": outbox,
-        "sent": sent,
-        "exported": sent,
-        "exported_broadcasts": marked,
-    });
-    let mut state = state;
-    for (key, counter) in c.cumulative() {
-        state[key] = json!(n(counter));
+    BridgeState {
+        host: Some(b.host.clone()),
+        nats: Some(b.nats.clone()),
+        pid: Some(std::process::id()),
+        running: Some(running),
+        ready: Some(b.ready.load(Ordering::Relaxed)),
+        connected: Some(
+            b.client
+                .get()
+                .is_some_and(|c| c.connection_state() == async_nats::connection::State::Connected),
+        ),
+        mailbox: Some(b.names.mailbox().to_string()),
+        started_at: Some(b.started.clone()),
+        updated_at: Some(chrono::Utc::now().to_rfc3339()),
+        present: Some(lock(&c.present).clone()),
+        here: Some(here),
+        arriving: Some(lock(&b.arriving).clone()),
+        claimed: Some(
+            lock(&b.claimed)
+                .iter()
+                .map(|(a, t)| (a.clone(), i64::try_from(*t).unwrap_or(i64::MAX)))
+                .collect(),
+        ),
+        last_error: lock(&c.last_error).clone(),
+        outbox: Some(outbox as u64),
+        sent: Some(sent as u64),
+        exported: Some(sent as u64),
+        exported_broadcasts: Some(marked as u64),
+        counts: c.snapshot(),
+        other: serde_json::Map::new(),
     }
-    state
 }
 
 /// The servers of `--nats`: one URL, or several separated by commas (a cluster's nodes).

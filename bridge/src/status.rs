@@ -8,6 +8,7 @@ use anyhow::{Result, anyhow};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 use sigbox::MailboxOptions;
+use sigbox::bridge_state::BridgeState;
 
 use crate::Cli;
 use crate::names::Names;
@@ -16,8 +17,8 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
     let mut opts = MailboxOptions::new();
     opts.settle(cli.settle).durability(cli.durability);
     let mb = opts.open(&cli.root)?;
-    let state: Option<Value> = match mb.bridge_state()? {
-        Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
+    let state: Option<BridgeState> = match mb.bridge_state()? {
+        Some(bytes) => Some(BridgeState::from_json(&bytes).map_err(|e| {
             anyhow!(
                 "{}: not valid JSON: {e}",
                 mb.bridge_dir().join("state.json").display()
@@ -30,7 +31,7 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
     let mailbox = cli
         .mailbox
         .clone()
-        .or_else(|| state.as_ref()?.get("mailbox")?.as_str().map(str::to_string))
+        .or_else(|| state.as_ref()?.mailbox.clone())
         .unwrap_or_else(|| crate::run::DEFAULT_MAILBOX.to_string());
     let names = Names::new(&mailbox)?;
     let (outbox, sent) = mb.bridge_counts()?;
@@ -38,14 +39,11 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
     // bridge/broadcasts/), not what the state file said up to a second before a kill.
     let marked = mb.bridge_broadcasts_marked()?;
     let mut state = state;
-    if let Some(s) = state.as_mut().and_then(Value::as_object_mut) {
-        s.insert("exported".into(), json!(sent));
-        s.insert("exported_broadcasts".into(), json!(marked));
+    if let Some(s) = state.as_mut() {
+        s.exported = Some(sent as u64);
+        s.exported_broadcasts = Some(marked as u64);
     }
-    let url = cli
-        .nats
-        .clone()
-        .or_else(|| state.as_ref()?.get("nats")?.as_str().map(str::to_string));
+    let url = cli.nats.clone().or_else(|| state.as_ref()?.nats.clone());
     let cluster = match &url {
         Some(u) => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -75,7 +73,7 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
         emit(&format!("{report}\n"));
         return Ok(ExitCode::SUCCESS);
     }
-    print_text(&report);
+    print_text(&report, state.as_ref());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -157,10 +155,15 @@ fn age(v: &Value) -> Option<i64> {
     Some((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds())
 }
 
-fn print_text(r: &Value) {
+/// A field of the state as text: `?` when missing, control characters escaped.
+fn field<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map_or_else(|| "?".into(), |v| clean(&v.to_string()))
+}
+
+fn print_text(r: &Value, state: Option<&BridgeState>) {
     use std::fmt::Write as _;
     let mut o = String::new();
-    let s = &r["state"];
     let _ = writeln!(
         o,
         "bridge on {} (mailbox {}): {}",
@@ -172,33 +175,33 @@ fn print_text(r: &Value) {
             "not running"
         }
     );
-    if s.is_object() {
+    if let Some(s) = state {
         let _ = writeln!(
             o,
             "  host {}, server {}, last update {}",
-            text(&s["host"]),
-            text(&s["nats"]),
-            text(&s["updated_at"])
+            field(&s.host),
+            field(&s.nats),
+            field(&s.updated_at)
         );
         let _ = writeln!(
             o,
             "  exported {} (+{} broadcasts), imported {}, already here {}, refused {}, errors {}",
-            text(&s["exported"]),
-            text(&s["exported_broadcasts"]),
-            text(&s["imported"]),
-            text(&s["already_here"]),
-            text(&s["refused"]),
-            text(&s["errors"])
+            field(&s.exported),
+            field(&s.exported_broadcasts),
+            field(&s.counts.imported),
+            field(&s.counts.already_here),
+            field(&s.counts.refused),
+            field(&s.counts.errors)
         );
-        if let Some(a) = s["arriving"].as_array().filter(|a| !a.is_empty()) {
-            let names: Vec<String> = a.iter().map(text).collect();
+        if let Some(a) = s.arriving.as_ref().filter(|a| !a.is_empty()) {
+            let names: Vec<String> = a.iter().map(|n| clean(n)).collect();
             let _ = writeln!(
                 o,
                 "  arriving (their signals held back until the hand-off is over): {}",
                 names.join(", ")
             );
         }
-        if let Some(e) = s["last_error"].as_str() {
+        if let Some(e) = &s.last_error {
             let _ = writeln!(o, "  last error: {}", clean(e));
         }
     } else {

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::bridge_state::BridgeState;
 use crate::clock::ns_of;
 use crate::io::{Io, IoOptions};
 use crate::mailbox::{LAYOUT, Layout, MailboxOptions, ProblemKind};
@@ -392,9 +393,9 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
         }
     }
     let state_path = dir.join("state.json");
-    let state: Option<serde_json::Value> = match mb.bridge_state() {
+    let state: Option<BridgeState> = match mb.bridge_state() {
         Ok(None) => None,
-        Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
+        Ok(Some(bytes)) => match BridgeState::from_json(&bytes) {
             Ok(v) => Some(v),
             Err(e) => {
                 push(
@@ -412,29 +413,21 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
             None
         }
     };
-    let text = |k: &str| {
+    let text = |field: fn(&BridgeState) -> &Option<String>| {
         state
             .as_ref()
-            .and_then(|s| s.get(k))
-            .and_then(serde_json::Value::as_str)
+            .and_then(|s| field(s).as_deref())
             .unwrap_or("?")
             .to_string()
     };
-    let number = |k: &str| {
-        state
-            .as_ref()
-            .and_then(|s| s.get(k))
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0)
+    let ago = |t: Option<&String>| {
+        t.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds())
     };
     let (outbox, sent) = mb.bridge_counts().unwrap_or_default();
     let marked = mb.bridge_broadcasts_marked().unwrap_or_default();
     let running = mb.bridge_running().unwrap_or(false);
-    let age = state
-        .as_ref()
-        .and_then(|s| s.get("updated_at")?.as_str().map(str::to_string))
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
-        .map(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds());
+    let age = ago(state.as_ref().and_then(|s| s.updated_at.as_ref()));
     if running {
         push(
             Severity::Info,
@@ -442,10 +435,10 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
             format!(
                 "a bridge runs here as host {} with server {}: exported {}, imported {}; {outbox} \
                  waiting in bridge/outbox/",
-                text("host"),
-                text("nats"),
+                text(|s| &s.host),
+                text(|s| &s.nats),
                 sent + marked,
-                number("imported")
+                state.as_ref().and_then(|s| s.counts.imported).unwrap_or(0)
             ),
         );
         if age.is_some_and(|a| a > 30) {
@@ -459,32 +452,20 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
                 ),
             );
         }
-        let flag = |k: &str| {
-            state
-                .as_ref()
-                .and_then(|s| s.get(k))
-                .and_then(serde_json::Value::as_bool)
-        };
-        let since = state
-            .as_ref()
-            .and_then(|s| s.get("started_at")?.as_str().map(str::to_string))
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
-            .map(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds());
-        if flag("connected") == Some(true)
-            && flag("ready") == Some(false)
-            && since.is_some_and(|s| s > 15)
-        {
+        let connected = state.as_ref().and_then(|s| s.connected);
+        let ready = state.as_ref().and_then(|s| s.ready);
+        let since = ago(state.as_ref().and_then(|s| s.started_at.as_ref()));
+        if connected == Some(true) && ready == Some(false) && since.is_some_and(|s| s > 15) {
             push(
                 Severity::Problem,
                 &state_path,
                 format!(
                     "the bridge reaches its server {} but cannot set up its streams: {}",
-                    text("nats"),
-                    text("last_error")
+                    text(|s| &s.nats),
+                    text(|s| &s.last_error)
                 ),
             );
         }
-        let connected = flag("connected");
         if connected == Some(false) {
             push(
                 Severity::Problem,
@@ -492,8 +473,8 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
                 format!(
                     "the bridge cannot reach its server {}: {}; signals for other hosts wait \
                      here until it can",
-                    text("nats"),
-                    match text("last_error").as_str() {
+                    text(|s| &s.nats),
+                    match text(|s| &s.last_error).as_str() {
                         "?" => "the connection is down".to_string(),
                         e => e.to_string(),
                     }
@@ -504,8 +485,8 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
         stranded(
             mb,
             layout,
-            &text("updated_at"),
-            &text("nats"),
+            &text(|s| &s.updated_at),
+            &text(|s| &s.nats),
             state.is_some(),
             out,
         );

@@ -48,6 +48,7 @@
 
 mod atomic;
 mod body;
+pub mod bridge_state;
 mod clock;
 mod doctor;
 mod error;
