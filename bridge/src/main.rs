@@ -1,14 +1,27 @@
 //! `sigbox-bridge`: joins the mailbox at a root to a NATS JetStream stream, so that mailboxes
 //! on several hosts behave as one (spec/bridge.md). `sigbox bridge` runs it.
 //!
-//! - `run.rs`: the long-running bridge: export, import, presence, state.
+//! - `run.rs`: the long-running bridge: starts its tasks, stops them.
+//! - `shared.rs`: what the tasks share: the bridge, its counts, the holds.
+//! - `streams.rs`: the streams and the hosts bucket, made when missing.
+//! - `export.rs`: the exporter.
+//! - `import.rs`: the importers, and the sharing of broadcast acks.
+//! - `presence.rs`: which agents are here; importers started and stopped; hand-offs.
+//! - `state.rs`: the state writer (`bridge/state.json`, this host's entry in the bucket).
+//! - `hosts.rs`: the hosts bucket: this host's entry, each agent's host.
 //! - `names.rs`: streams, subjects and consumers, named once.
 //! - `status.rs`: `sigbox bridge status`.
 
+mod export;
 mod hosts;
+mod import;
 mod names;
+mod presence;
 mod run;
+mod shared;
+mod state;
 mod status;
+mod streams;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
