@@ -218,11 +218,11 @@ fn run(
             channel,
         } => {
             drop(out);
-            return cmd::hooks::exec_mcp(&root, &agent, state.as_deref(), channel, settle);
+            return cmd::launch::exec_mcp(&root, &agent, state.as_deref(), channel, settle);
         }
         Command::Bridge { args } => {
             drop(out);
-            return cmd::hooks::exec_bridge(&root, &args, settle);
+            return cmd::launch::exec_bridge(&root, &args, settle);
         }
         Command::Goblin(c) => cmd::goblin::run(c, &mut out)?,
         Command::Mux(c) => cmd::mux::run(c, &mut out)?,

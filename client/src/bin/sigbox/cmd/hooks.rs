@@ -1,25 +1,31 @@
 //! `sigbox hooks install|uninstall RUNTIME`: sigbox's entries merged into a coding agent's
 //! hook settings, every other hook and setting kept (spec/hooks.md, "Installing").
+//!
+//! - `hooks.rs`: the command; where each runtime's settings live; the command line an entry
+//!   runs, and how sigbox's entries are told from others.
+//! - `settings.rs`: the settings file read, checked, and replaced with a backup.
+//! - `merge.rs`: sigbox's entries removed from and added to the file's text.
+//! - `jsonc.rs`: JSON with comments, parsed with each value's place in the text.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use serde_json::{Value, json};
+use serde_json::json;
 
 mod jsonc;
+mod merge;
+mod settings;
 
+use self::merge::{add, remove_ours};
+use self::settings::{check_shape, load, parsed, refuse_inline_codex_hooks, write_settings};
 use super::hook::Event;
 use crate::cli::{HooksCmd, HooksPlace, Runtime};
 use crate::output::{Out, path_json};
 
 /// The hook time limit written with each entry, in seconds: above the longest a paused tool
 /// call is held (`--pause-wait`, 25 s by default) plus a pass.
-const TIMEOUT_S: u64 = 120;
-
-/// The biggest settings file read.
-const MAX_SETTINGS: u64 = 4 << 20;
+pub(crate) const TIMEOUT_S: u64 = 120;
 
 pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<ExitCode> {
     let (runtime, place, entry) = match cmd {
@@ -234,7 +240,7 @@ fn quote(s: &str) -> String {
 /// exactly `sigbox`, then `--root ROOT hook RUNTIME --as`, `ROOT` as `root` quotes it.
 /// Anything else (a `sigbox-audit` of the user's own, a wrapper, the hooks of another
 /// mailbox) is someone else's and kept.
-fn is_ours(runtime: Runtime, root: &str, command: &str) -> bool {
+pub(crate) fn is_ours(runtime: Runtime, root: &str, command: &str) -> bool {
     let command = command
         .strip_prefix(FALLBACK)
         .and_then(|c| c.strip_prefix(' '))
@@ -251,19 +257,8 @@ fn is_ours(runtime: Runtime, root: &str, command: &str) -> bool {
             .contains(&format!(" hook {} --as ", runtime.as_str()))
 }
 
-/// A settings file's text, as read.
-struct Loaded {
-    /// The text, without a byte-order mark; what a new file starts as for a file with
-    /// nothing but blank space in it.
-    text: String,
-    /// It started with a byte-order mark.
-    bom: bool,
-    /// The bytes read, as they were: the backup.
-    raw: Vec<u8>,
-}
-
 /// What a file that does not exist (or holds nothing) starts as.
-fn new_file(runtime: Runtime) -> &'static str {
+pub(crate) fn new_file(runtime: Runtime) -> &'static str {
     match runtime {
         Runtime::Copilot => "{\n  \"version\": 1,\n  \"hooks\": {}\n}\n",
         _ => "{}\n",
@@ -271,528 +266,10 @@ fn new_file(runtime: Runtime) -> &'static str {
 }
 
 /// The runtime's name, as its users know it.
-fn product(runtime: Runtime) -> &'static str {
+pub(crate) fn product(runtime: Runtime) -> &'static str {
     match runtime {
         Runtime::Claude => "Claude Code",
         Runtime::Codex => "Codex",
         Runtime::Copilot => "Copilot",
     }
-}
-
-/// The file's text, `None` when it does not exist. Refused (untouched) when it is a symbolic
-/// link (but for `--dry-run`, which writes nothing and reads what it points to) or not a
-/// regular file, is over [`MAX_SETTINGS`], or is not UTF-8; a file of blank space only is
-/// read as a new one (nothing in it to keep).
-fn load(runtime: Runtime, file: &Path, dry_run: bool) -> anyhow::Result<Option<Loaded>> {
-    let mut meta = match std::fs::symlink_metadata(file) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("{}", file.display()))),
-    };
-    if meta.file_type().is_symlink() && dry_run {
-        meta = std::fs::metadata(file).with_context(|| format!("{}", file.display()))?;
-    }
-    if meta.file_type().is_symlink() {
-        let to = std::fs::read_link(file)
-            .map(|t| t.display().to_string())
-            .unwrap_or_else(|_| "?".into());
-        bail!(
-            "{}: a symbolic link (to {to}); sigbox replaces a settings file by an atomic rename, \
-             which would replace the link: put the file itself in its place (or add sigbox's \
-             entries to {to} by hand: --dry-run prints them), then run again; left untouched",
-            file.display()
-        );
-    }
-    if !meta.is_file() {
-        bail!(
-            "{}: not a regular file, so {} reads no settings from it: move it aside, then run \
-             again; left untouched",
-            file.display(),
-            product(runtime)
-        );
-    }
-    // Opened without blocking (a FIFO put there meanwhile would hang an open) or following a
-    // link put there meanwhile, then checked again on what was opened.
-    let mut flags = rustix::fs::OFlags::NONBLOCK;
-    if !dry_run {
-        flags |= rustix::fs::OFlags::NOFOLLOW;
-    }
-    let opened = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flags.bits() as i32)
-            .open(file)
-            .with_context(|| format!("{}", file.display()))?
-    };
-    let meta = opened
-        .metadata()
-        .with_context(|| format!("{}", file.display()))?;
-    if !meta.is_file() {
-        bail!(
-            "{}: not a regular file, so {} reads no settings from it: move it aside, then run \
-             again; left untouched",
-            file.display(),
-            product(runtime)
-        );
-    }
-    if meta.len() > MAX_SETTINGS {
-        bail!(
-            "{}: over {MAX_SETTINGS} bytes, more than a settings file holds; left untouched",
-            file.display()
-        );
-    }
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(&opened, MAX_SETTINGS + 1),
-        &mut bytes,
-    )
-    .with_context(|| format!("{}", file.display()))?;
-    if bytes.len() as u64 > MAX_SETTINGS {
-        bail!(
-            "{}: over {MAX_SETTINGS} bytes, more than a settings file holds; left untouched",
-            file.display()
-        );
-    }
-    let raw = bytes.clone();
-    let text = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: not UTF-8 text (byte {}), which {} reads: save it as UTF-8, then run again; \
-             left untouched",
-            file.display(),
-            e.utf8_error().valid_up_to(),
-            product(runtime)
-        )
-    })?;
-    let (text, bom) = match text.strip_prefix('\u{feff}') {
-        Some(rest) => (rest.to_string(), true),
-        None => (text, false),
-    };
-    if text.trim().is_empty() {
-        // Nothing to keep: an install writes the file whole, an uninstall finds nothing.
-        return Ok(Some(Loaded {
-            text: new_file(runtime).to_string(),
-            bom,
-            raw,
-        }));
-    }
-    Ok(Some(Loaded { text, bom, raw }))
-}
-
-/// `text` parsed, or the refusal naming the place of the error.
-fn parsed(file: &Path, text: &str) -> anyhow::Result<jsonc::Doc> {
-    jsonc::parse(text).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: not valid JSON: {e}; left untouched (fix it, then run again)",
-            file.display()
-        )
-    })
-}
-
-/// Refuses (untouched) a file an install could not make the runtime read, saying what to do:
-/// comments or trailing commas (each runtime reads strict JSON and ignores the whole file), a
-/// root that is not an object, a `hooks` or a `hooks.EVENT` sigbox writes to holding another
-/// thing than the runtime reads there (`null`, and an empty array for `hooks`, hold nothing
-/// and are replaced), a Copilot file whose `version` is not 1.
-fn check_shape(runtime: Runtime, file: &Path, text: &str) -> anyhow::Result<()> {
-    let doc = parsed(file, text)?;
-    let name = product(runtime);
-    let first_comment = doc.comments.first().map(|c| (c.0, "a comment"));
-    let first_comma = doc
-        .trailing_commas
-        .first()
-        .map(|&c| (c, "a trailing comma"));
-    if let Some((at, what)) = [first_comment, first_comma].into_iter().flatten().min() {
-        let (line, col) = jsonc::line_col(text, at);
-        let more = doc.comments.len() + doc.trailing_commas.len() - 1;
-        let more = if more > 0 {
-            format!(" (and {more} more comment(s) or trailing comma(s))")
-        } else {
-            String::new()
-        };
-        bail!(
-            "{}: {what} at line {line}, column {col}{more}: {name} reads this file as strict \
-             JSON and ignores the whole of it while it has comments or trailing commas, so \
-             hooks added here would never run: remove them (sigbox then changes nothing else \
-             in the file), and run again; left untouched",
-            file.display()
-        );
-    }
-    let at = |n: &jsonc::Node| {
-        let (l, c) = jsonc::line_col(text, n.start);
-        format!("line {l}, column {c}")
-    };
-    let jsonc::Kind::Object(_) = &doc.root.kind else {
-        bail!(
-            "{}: holds {}, not an object of settings, so {name} reads no hooks from it: move it \
-             aside, then run again; left untouched",
-            file.display(),
-            doc.root.what()
-        );
-    };
-    if runtime == Runtime::Copilot {
-        let version = doc.root.member("version").map(|(_, m)| m.value.value());
-        if version != Some(json!(1)) {
-            bail!(
-                "{}: {}, and Copilot ignores a hooks file whose `version` is not 1: if its \
-                 hooks are meant to run, set \"version\": 1 in it, else move it aside; then run \
-                 again; left untouched",
-                file.display(),
-                match version {
-                    None => "no `version`".to_string(),
-                    Some(v) => format!("`version` is {v}"),
-                }
-            );
-        }
-    }
-    let Some((_, hooks)) = doc.root.member("hooks") else {
-        return Ok(());
-    };
-    match &hooks.value.kind {
-        jsonc::Kind::Object(_) => {}
-        jsonc::Kind::Scalar(Value::Null) => return Ok(()),
-        jsonc::Kind::Array(items) if items.is_empty() => return Ok(()),
-        _ => bail!(
-            "{}: `hooks` ({}) holds {}, where {name} reads an object of event names, each \
-             with a list of hooks: move that value under another key (or replace it by {{}}), \
-             then run again; left untouched",
-            file.display(),
-            at(&hooks.value),
-            hooks.value.what()
-        ),
-    }
-    for &event in Event::installed(runtime) {
-        let key = event.name(runtime);
-        if let Some((_, m)) = hooks.value.member(key) {
-            match &m.value.kind {
-                jsonc::Kind::Array(_) | jsonc::Kind::Scalar(Value::Null) => {}
-                _ => bail!(
-                    "{}: `hooks.{key}` ({}) holds {}, where {name} reads a list of hooks: put \
-                     it in a list ([ ... ]) or remove it, then run again; left untouched",
-                    file.display(),
-                    at(&m.value),
-                    m.value.what()
-                ),
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Removes every sigbox entry for `runtime` from `text`, and the groups and events (and, but
-/// in Copilot's own file, the `hooks` object) that their removal leaves empty: each removal
-/// takes the entry's bytes and its separator, nothing else. Returns how many it removed.
-fn remove_ours(
-    runtime: Runtime,
-    root: &str,
-    file: &Path,
-    text: &mut String,
-) -> anyhow::Result<usize> {
-    let mut removed = 0;
-    loop {
-        let doc = parsed(file, text)?;
-        let Some((hooks_at, hooks)) = doc.root.member("hooks") else {
-            break;
-        };
-        let jsonc::Kind::Object(events) = &hooks.value.kind else {
-            break;
-        };
-        let ours = |h: &jsonc::Node, key: &str| {
-            h.value()
-                .get(key)
-                .and_then(Value::as_str)
-                .is_some_and(|c| is_ours(runtime, root, c))
-        };
-        let mut found = None;
-        'find: for (ei, ev) in events.iter().enumerate() {
-            let jsonc::Kind::Array(groups) = &ev.value.kind else {
-                continue;
-            };
-            for (gi, g) in groups.iter().enumerate() {
-                if runtime == Runtime::Copilot {
-                    // Copilot: the entries are the hooks themselves.
-                    if ours(g, "bash") {
-                        found = Some((ei, gi, None, 1));
-                        break 'find;
-                    }
-                    continue;
-                }
-                // Claude Code and Codex: groups of `{matcher, hooks: [...]}`.
-                let Some((_, list)) = g.member("hooks") else {
-                    continue;
-                };
-                let jsonc::Kind::Array(hs) = &list.value.kind else {
-                    continue;
-                };
-                let mine: Vec<usize> = (0..hs.len()).filter(|&i| ours(&hs[i], "command")).collect();
-                if mine.len() == hs.len() && !hs.is_empty() {
-                    found = Some((ei, gi, None, mine.len()));
-                    break 'find;
-                }
-                if let Some(&first) = mine.first() {
-                    found = Some((ei, gi, Some((&list.value, first)), 1));
-                    break 'find;
-                }
-            }
-        }
-        let Some((ei, gi, inner, n)) = found else {
-            break;
-        };
-        removed += n;
-        let jsonc::Kind::Array(groups) = &events[ei].value.kind else {
-            unreachable!("found in an array");
-        };
-        // The outermost container the removal would leave empty goes instead.
-        let edits = match inner {
-            Some((list, i)) => doc.remove(text, list, i),
-            None if groups.len() > 1 => doc.remove(text, &events[ei].value, gi),
-            None if events.len() > 1 || runtime == Runtime::Copilot => {
-                doc.remove(text, &hooks.value, ei)
-            }
-            None => doc.remove(text, &doc.root, hooks_at),
-        };
-        *text = jsonc::apply(text, edits);
-    }
-    Ok(removed)
-}
-
-/// Adds sigbox's entry for `event` at the end of its list, laid out as the file is.
-fn add(
-    runtime: Runtime,
-    file: &Path,
-    text: &mut String,
-    event: Event,
-    command: String,
-) -> anyhow::Result<()> {
-    let entry = match runtime {
-        Runtime::Copilot => json!({"type": "command", "bash": command, "timeoutSec": TIMEOUT_S}),
-        _ => {
-            let hook = json!({"type": "command", "command": command, "timeout": TIMEOUT_S});
-            match event {
-                // Tool events match every tool; the others take no matcher.
-                Event::PreTool | Event::PostTool => json!({"matcher": "*", "hooks": [hook]}),
-                _ => json!({"hooks": [hook]}),
-            }
-        }
-    };
-    let key = event.name(runtime);
-    let doc = parsed(file, text)?;
-    let piece = |key: Option<&str>, value: Value| jsonc::Piece {
-        key: key.map(str::to_string),
-        value,
-    };
-    let edit = match doc.root.member("hooks") {
-        None => doc.insert(
-            text,
-            &doc.root,
-            &piece(Some("hooks"), json!({ key: [entry] })),
-        ),
-        Some((_, hooks)) => match &hooks.value.kind {
-            jsonc::Kind::Object(_) => match hooks.value.member(key) {
-                None => doc.insert(text, &hooks.value, &piece(Some(key), json!([entry]))),
-                Some((_, m)) => match &m.value.kind {
-                    jsonc::Kind::Array(_) => doc.insert(text, &m.value, &piece(None, entry)),
-                    // `null` holds nothing: the list replaces it.
-                    _ => doc.replace(text, &m.value, &piece(None, json!([entry]))),
-                },
-            },
-            // `null` or `[]` holds nothing: the object replaces it.
-            _ => doc.replace(text, &hooks.value, &piece(None, json!({ key: [entry] }))),
-        },
-    };
-    *text = jsonc::apply(text, vec![edit]);
-    Ok(())
-}
-
-/// Refuses to write Codex's `hooks.json` beside a `config.toml` that defines hooks inline:
-/// Codex loads both but warns at every start ("loading hooks from both ...; prefer a single
-/// representation for this layer"). `[hooks.state]`, where Codex records which hooks are
-/// trusted, is not a definition.
-fn refuse_inline_codex_hooks(hooks_json: &Path) -> anyhow::Result<()> {
-    let config = hooks_json.with_file_name("config.toml");
-    let Ok(text) = std::fs::read_to_string(&config) else {
-        return Ok(());
-    };
-    let Some((line, what)) = inline_toml_hooks(&text) else {
-        return Ok(());
-    };
-    bail!(
-        "{}: line {line} ({what}) defines hooks inline, and Codex advises one representation \
-         per layer (with both files it warns at every start: \"prefer a single representation \
-         for this layer\"): move those tables into {} (each [[hooks.EVENT]] becomes an entry \
-         of \"hooks\": {{\"EVENT\": [...]}}), then run again; or keep config.toml and add \
-         sigbox's entries to it by hand (--dry-run prints them); nothing was written",
-        config.display(),
-        hooks_json.display()
-    );
-}
-
-/// The first hook definition in a `config.toml` (a table or key under `hooks` other than
-/// `hooks.state`): its line number and text. A line scan that knows tables, comments and
-/// multi-line strings, which is all the question needs.
-fn inline_toml_hooks(text: &str) -> Option<(usize, String)> {
-    /// The dotted key path of `s` (`hooks . "PreToolUse"` is `[hooks, PreToolUse]`).
-    fn path(s: &str) -> Vec<String> {
-        let mut parts = Vec::new();
-        let mut cur = String::new();
-        let mut quote: Option<char> = None;
-        for c in s.chars() {
-            match (quote, c) {
-                (Some(q), c) if c == q => quote = None,
-                (Some(_), c) => cur.push(c),
-                (None, '"' | '\'') => quote = Some(c),
-                (None, '.') => parts.push(std::mem::take(&mut cur).trim().to_string()),
-                (None, c) => cur.push(c),
-            }
-        }
-        parts.push(cur.trim().to_string());
-        parts
-    }
-    let defines = |p: &[String]| {
-        p.first().is_some_and(|h| h == "hooks") && p.get(1).is_none_or(|e| e != "state")
-    };
-    let mut table: Vec<String> = Vec::new();
-    let mut in_string: Option<&str> = None;
-    for (n, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if let Some(delim) = in_string {
-            if line.matches(delim).count() % 2 == 1 {
-                in_string = None;
-            }
-            continue;
-        }
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if let Some(head) = line.strip_prefix('[') {
-            let head = head.strip_prefix('[').unwrap_or(head);
-            let end = head.find(']').unwrap_or(head.len());
-            table = path(&head[..end]);
-            if table.len() >= 2 && defines(&table) {
-                return Some((n + 1, line.to_string()));
-            }
-            continue;
-        }
-        // A key, by its path from the root.
-        if let Some(eq) = line.find('=') {
-            let mut key = table.clone();
-            key.extend(path(&line[..eq]));
-            if (key.len() >= 2 && defines(&key)) || key == ["hooks"] {
-                return Some((n + 1, line.to_string()));
-            }
-            for delim in ["\"\"\"", "'''"] {
-                if line[eq..].matches(delim).count() % 2 == 1 {
-                    in_string = Some(delim);
-                }
-            }
-        }
-    }
-    None
-}
-
-/// Writes `bytes` to `file` atomically (a staged file fsynced, renamed over, the directory
-/// fsynced), the old file's bytes (`old`, as read) kept beside it as `<file>.sigbox-backup`
-/// (itself staged and renamed into place, after the new file is staged).
-fn write_settings(file: &Path, old: Option<&[u8]>, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
-    let name = file.file_name().unwrap_or_default().to_string_lossy();
-    let stage = |bytes: &[u8]| -> anyhow::Result<tempfile::NamedTempFile> {
-        let mut staged = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".tmp")
-            .tempfile_in(dir)
-            .with_context(|| format!("{}: cannot stage a file", dir.display()))?;
-        staged.write_all(bytes)?;
-        staged.as_file().sync_all()?;
-        Ok(staged)
-    };
-    // The new file first: if it cannot be staged, nothing (the backup included) is touched.
-    let staged = stage(bytes)?;
-    if let Some(old) = old {
-        // The backup is renamed into place like the file itself: whatever is at its name (a
-        // symlink, a FIFO planted there) is replaced, never followed or opened.
-        let backup = dir.join(format!("{name}.sigbox-backup"));
-        stage(old)?
-            .persist(&backup)
-            .map_err(|e| e.error)
-            .with_context(|| format!("{}: cannot write the backup", backup.display()))?;
-        // Keep the old file's permissions (a user's settings may be private).
-        if let Ok(m) = std::fs::metadata(file) {
-            let _ = staged.as_file().set_permissions(m.permissions());
-        }
-    }
-    staged
-        .persist(file)
-        .map_err(|e| e.error)
-        .with_context(|| format!("{}: cannot replace", file.display()))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("{}: cannot sync", dir.display()))?;
-    Ok(())
-}
-
-/// `sigbox mcp`: replaces this process by the `sigbox-mcp` server installed beside it (the
-/// server needs an async runtime, which the CLI keeps out of its own build).
-pub(crate) fn exec_mcp(
-    root: &Path,
-    agent: &str,
-    state: Option<&str>,
-    channel: bool,
-    settle: std::time::Duration,
-) -> anyhow::Result<ExitCode> {
-    let mut args: Vec<std::ffi::OsString> = vec!["--as".into(), agent.into()];
-    if let Some(s) = state {
-        args.extend(["--state".into(), s.into()]);
-    }
-    if channel {
-        args.push("--channel".into());
-    }
-    exec_beside("sigbox-mcp", "mcp", root, settle, &args)
-}
-
-/// `sigbox bridge ...`: runs the `sigbox-bridge` program installed beside `sigbox` with the
-/// root and settle window of this command line, then the arguments given.
-pub(crate) fn exec_bridge(
-    root: &Path,
-    args: &[std::ffi::OsString],
-    settle: std::time::Duration,
-) -> anyhow::Result<ExitCode> {
-    exec_beside("sigbox-bridge", "bridge", root, settle, args)
-}
-
-/// Replaces this process by `program`, installed beside `sigbox` (from the workspace's
-/// `crate_dir`), with `--root`, the global `--settle` (or `SIGBOX_SETTLE`) as the program takes
-/// it, then `args`.
-fn exec_beside(
-    program: &str,
-    crate_dir: &str,
-    root: &Path,
-    settle: std::time::Duration,
-    args: &[std::ffi::OsString],
-) -> anyhow::Result<ExitCode> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
-    let path = exe.with_file_name(program);
-    if !path.exists() {
-        bail!(
-            "{}: not installed; install it with `cargo install --path {crate_dir}` (beside sigbox)",
-            path.display()
-        );
-    }
-    let mut cmd = std::process::Command::new(&path);
-    // The programs take the durability from the environment only.
-    if super::relaxed() {
-        cmd.env("SIGBOX_DURABILITY", "relaxed");
-    } else {
-        cmd.env_remove("SIGBOX_DURABILITY");
-    }
-    let err = cmd
-        .arg("--root")
-        .arg(root)
-        .arg("--settle")
-        .arg(format!("{}ms", settle.as_millis()))
-        .args(args)
-        .exec();
-    Err(anyhow::Error::new(err).context(format!("{}: cannot run", path.display())))
 }

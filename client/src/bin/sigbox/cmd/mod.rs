@@ -5,6 +5,7 @@ pub(crate) mod demo;
 pub(crate) mod goblin;
 pub(crate) mod hook;
 pub(crate) mod hooks;
+pub(crate) mod launch;
 pub(crate) mod mailbox;
 pub(crate) mod mux;
 pub(crate) mod streams;
