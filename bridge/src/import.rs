@@ -1,4 +1,4 @@
-//! The importers (spec/bridge.md §3, §5): one per consumer this host pulls from, each writing
+//! The importers (spec/bridge.md §4, §5): one per consumer this host pulls from, each writing
 //! what it pulls into the mailbox before acknowledging it; and the sharing of this host's
 //! broadcast acks with the other hosts.
 

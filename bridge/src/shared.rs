@@ -1,4 +1,4 @@
-//! What the bridge's tasks share (spec/bridge.md §3): the [`Bridge`] they all hold, its
+//! What the bridge's tasks share: the [`Bridge`] they all hold, its
 //! [`Counters`], and the holds that keep an agent's signals back here (§5).
 
 use std::collections::{HashMap, HashSet};

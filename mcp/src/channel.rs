@@ -1,5 +1,5 @@
 //! `--channel`: each signal pushed into the session as it arrives, as a Claude Code channel
-//! notification (spec/mcp.md "Channel").
+//! notification (spec/mcp.md "Pushing signals").
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
