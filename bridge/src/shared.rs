@@ -1,5 +1,5 @@
-//! What the bridge's tasks share: the [`Bridge`] they all hold, its
-//! [`Counters`], and the holds that keep an agent's signals back here (§5).
+//! What the bridge's tasks share: the [`Bridge`] they all hold, its [`Counters`], and the holds
+//! that keep an agent's signals back here (spec/bridge.md §5).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
