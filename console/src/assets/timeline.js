@@ -22,7 +22,9 @@
   }
   function clock(ms) {
     const d = new Date(ms);
-    return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+    return d.toLocaleTimeString([], {
+      hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false,
+    });
   }
 
   function draw(svg, items, now) {
@@ -43,15 +45,16 @@
     const t1 = Math.max(now, ...rows.map((t) => t.delivered_ms || 0));
     if (t1 - t0 < 10000) t0 = t1 - 10000;
     const x = (ms) => label + (ms - t0) / (t1 - t0) * (width - label - right);
-    // Axis: four ticks and their clock times.
-    for (let i = 0; i <= 4; i++) {
-      const ms = t0 + (t1 - t0) * i / 4;
+    // Axis: ticks and their clock times, fewer on a narrow screen.
+    const ticks = width < 520 ? 2 : 4;
+    for (let i = 0; i <= ticks; i++) {
+      const ms = t0 + (t1 - t0) * i / ticks;
       const xi = x(ms);
       svg.append(node('line', { x1: xi, y1: TOP - 8, x2: xi, y2: height - 4, class: 'tl-grid' }));
       svg.append(node('text', {
         x: xi, y: 12, class: 'tl-axis',
-        'text-anchor': i === 0 ? 'start' : (i === 4 ? 'end' : 'middle'),
-      }, i === 4 && Math.abs(ms - now) < 1500 ? 'now' : clock(ms)));
+        'text-anchor': i === 0 ? 'start' : (i === ticks ? 'end' : 'middle'),
+      }, i === ticks && Math.abs(ms - now) < 1500 ? 'now' : clock(ms)));
     }
     rows.forEach((t, i) => {
       const y = TOP + i * ROW + ROW / 2;

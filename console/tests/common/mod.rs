@@ -163,7 +163,7 @@ pub fn http(
     host: Option<&str>,
 ) -> Response {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host"))
         && let Some(h) = host
@@ -180,9 +180,41 @@ pub fn http(
     req.push_str("\r\n");
     req.push_str(body);
     s.write_all(req.as_bytes()).unwrap();
+    // Up to the end of the body its length or its last chunk says, or the end of the stream:
+    // a server may keep the connection open after all.
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
+    let mut buf = [0u8; 65536];
+    loop {
+        if complete(&raw) {
+            break;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("{method} {path}: {e}"),
+        }
+    }
     parse_response(&raw)
+}
+
+/// True when `raw` holds a whole response.
+fn complete(raw: &[u8]) -> bool {
+    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let body = &raw[end + 4..];
+    if let Some(n) = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|n| n.trim().parse::<usize>().ok())
+    {
+        return body.len() >= n;
+    }
+    if head.contains("transfer-encoding: chunked") {
+        return body.ends_with(b"0\r\n\r\n");
+    }
+    false
 }
 
 fn parse_response(raw: &[u8]) -> Response {
