@@ -517,3 +517,63 @@ fn another_address_only_when_asked_and_with_a_warning() {
     let err = ui.stop();
     assert!(!err.contains("WARNING"), "{err}");
 }
+
+/// `sigbox ui ...` runs `sigbox-ui` beside `sigbox`: every `--root` after `ui` is served, and
+/// the global one when given.
+#[test]
+fn sigbox_ui_serves_every_root_it_is_given() {
+    let (_d1, a) = mailbox();
+    let (_d2, b) = mailbox();
+    let (_d3, c) = mailbox();
+    let served = |args: Vec<&std::ffi::OsStr>| -> Vec<String> {
+        let mut child = std::process::Command::new(common::sigbox_bin())
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("SIGBOX_DURABILITY", "relaxed")
+            .env("SIGBOX_ROOT", &c)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let (addr, token) = line
+            .trim()
+            .trim_start_matches("http://")
+            .split_once("/?token=")
+            .unwrap_or_else(|| panic!("{line:?}"));
+        let port: u16 = addr.rsplit_once(':').unwrap().1.parse().unwrap();
+        let r = common::http(
+            port,
+            "GET",
+            "/api/state",
+            &[h("Authorization", &format!("Bearer {token}"))],
+            None,
+            Some(addr),
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        r.json()["roots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["root"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let s = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let (a_, b_) = (a.as_os_str(), b.as_os_str());
+    let ui = std::ffi::OsStr::new("ui");
+    let root = std::ffi::OsStr::new("--root");
+    assert_eq!(served(vec![ui, root, a_, root, b_]), [s(&a), s(&b)]);
+    assert_eq!(served(vec![root, a_, ui, root, b_]), [s(&a), s(&b)]);
+    assert_eq!(served(vec![root, a_, ui]), [s(&a)]);
+    assert_eq!(
+        served(vec![ui]),
+        [s(&c)],
+        "SIGBOX_ROOT when no --root is given"
+    );
+}
