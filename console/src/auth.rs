@@ -61,6 +61,12 @@ pub(crate) async fn guard(State(c): State<Shared>, req: Request, next: Next) -> 
 /// The checks of the module's documentation, in its order.
 fn check(c: &Shared, req: &Request) -> Result<Pass, (StatusCode, String)> {
     let h = req.headers();
+    if h.get_all(header::HOST).iter().count() > 1 {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "more than one Host header".to_string(),
+        ));
+    }
     let host = header_text(h, header::HOST)
         .ok_or((StatusCode::FORBIDDEN, "no Host header".to_string()))?
         .to_ascii_lowercase();
@@ -76,6 +82,15 @@ fn check(c: &Shared, req: &Request) -> Result<Pass, (StatusCode, String)> {
                  page of another site would be",
                 c.hosts.join(", ")
             ),
+        ));
+    }
+    // A request line in absolute form names its own host: it must be the same.
+    if let Some(a) = req.uri().authority()
+        && !a.as_str().eq_ignore_ascii_case(&host)
+    {
+        return Err((
+            StatusCode::FORBIDDEN,
+            format!("the request names another host ({a}) than its Host header"),
         ));
     }
     if req.uri().path() == "/"

@@ -146,6 +146,27 @@ fn another_host_is_refused_even_with_the_token() {
         assert_eq!(r.status, 403, "{host}: {r:?}");
         assert!(r.header("set-cookie").is_none());
     }
+    // Two Host headers, or a request line in absolute form naming another host.
+    let r = ui.request(
+        "GET",
+        "/api/state",
+        &[
+            ui.bearer(),
+            h("Host", &ui.host()),
+            h("Host", &format!("evil.example:{port}")),
+        ],
+        None,
+    );
+    assert!(matches!(r.status, 400 | 403), "{r:?}");
+    let r = ui.request("GET", "http://evil.example/api/state", &[ui.bearer()], None);
+    assert_eq!(r.status, 403, "{r:?}");
+    let r = ui.request(
+        "GET",
+        &format!("http://{}/api/state", ui.host()),
+        &[ui.bearer()],
+        None,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
     for host in [format!("localhost:{port}"), format!("LOCALHOST:{port}")] {
         let r = ui.request("GET", "/api/state", &[ui.bearer(), h("Host", &host)], None);
         assert_eq!(r.status, 200, "{host}: {r:?}");
