@@ -8,7 +8,7 @@
 set -euo pipefail
 dir="${1:-.}"
 cd "$(dirname "$0")/.."
-cargo build --release -p sigbox-client -p sigbox-mcp -p sigbox-bridge -p sigbox-bench
+cargo build --release -p sigbox-client -p sigbox-mcp -p sigbox-bridge -p sigbox-console -p sigbox-bench
 if ! python3 -c 'import dirq' 2>/dev/null; then
   python3 -m pip install --quiet dirq 2>/dev/null || echo "(python-dirq could not be installed: the field table goes without it)"
 fi
@@ -19,6 +19,7 @@ echo; echo "## Stream parsers"; ./target/release/streams
 echo; echo "## Coding-agent hooks"; ./target/release/hooks "$dir"
 echo; echo "## MCP server"; ./target/release/mcp "$dir"
 echo; echo "## Across hosts (sigbox bridge over NATS JetStream)"; ./target/release/bridge "$dir"
+echo; echo "## The console (sigbox ui)"; ./target/release/console "$dir"
 echo; echo "## Python package"
 py="${SIGBOX_PYTHON:-$PWD/target/py-tools/bin/python}"
 if "$py" -m maturin --version >/dev/null 2>&1; then

@@ -15,6 +15,7 @@
 //! | `presence.rs` | presence locks | §7 |
 //! | `quarantine.rs` | moving invalid files aside | §8 |
 //! | `inspect.rs` | read-only views for `ls`, `log`, `doctor` | §3.4 |
+//! | `overview.rs` | read-only views for the console | spec/console.md |
 //! | `bridge.rs` | export to and import from other hosts | spec/bridge.md |
 
 mod bridge;
@@ -28,6 +29,7 @@ mod layout;
 mod links;
 mod options;
 mod outbound;
+mod overview;
 mod pass;
 mod presence;
 mod quarantine;

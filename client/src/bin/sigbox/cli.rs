@@ -177,6 +177,17 @@ See spec/hooks.md for what each signal becomes, per runtime and event.")]
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// Serve mailboxes as a live web page and JSON API, the console (runs the `sigbox-ui`
+    /// program installed beside `sigbox`); the first line it prints is the address to open,
+    /// with its access token.
+    #[command(
+        after_help = "Examples:\n  sigbox --root /srv/signals ui\n  sigbox ui --root a/signals --root b/signals --listen 127.0.0.1:8700\n  sigbox-ui --help    (every option)\nSee spec/console.md."
+    )]
+    Ui {
+        /// The arguments of `sigbox-ui` (`--root ROOT` for each mailbox, `--listen ADDR`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Run a short demonstration on a fresh mailbox in a temporary directory.
     #[command(after_help = "Example:\n  sigbox demo")]
     Demo {

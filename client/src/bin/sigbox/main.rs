@@ -18,7 +18,7 @@ use crate::cli::{Cli, Command};
 use crate::output::Out;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(cmd::ui::args_os()) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
@@ -181,6 +181,7 @@ fn run(
     if let Command::Tap { name, to, command } = &cli.command {
         return cmd::tap::run(&root, name, to, command, cli.json);
     }
+    let root_given = cli.root.is_some();
     let mut out = Out::new(cli.json);
     let code = match cli.command {
         Command::Init { shared } => cmd::mailbox::init(&root, shared, &mut out)?,
@@ -223,6 +224,10 @@ fn run(
         Command::Bridge { args } => {
             drop(out);
             return cmd::launch::exec_bridge(&root, &args, settle);
+        }
+        Command::Ui { args } => {
+            drop(out);
+            return cmd::ui::exec(&root, root_given, &args, settle);
         }
         Command::Goblin(c) => cmd::goblin::run(c, &mut out)?,
         Command::Mux(c) => cmd::mux::run(c, &mut out)?,

@@ -1,4 +1,4 @@
-//! `sigbox mcp` and `sigbox bridge`: this process replaced by the program installed beside
+//! `sigbox mcp`, `sigbox bridge` and `sigbox ui`: this process replaced by the program installed beside
 //! `sigbox` (the MCP server and the bridge need an async runtime, which the CLI keeps out of
 //! its own build).
 
@@ -23,7 +23,7 @@ pub(crate) fn exec_mcp(
     if channel {
         args.push("--channel".into());
     }
-    exec_beside("sigbox-mcp", "mcp", root, settle, &args)
+    exec_beside("sigbox-mcp", "mcp", Some(root), settle, &args)
 }
 
 /// `sigbox bridge ...`: runs the `sigbox-bridge` program installed beside `sigbox` with the
@@ -33,16 +33,16 @@ pub(crate) fn exec_bridge(
     args: &[std::ffi::OsString],
     settle: std::time::Duration,
 ) -> anyhow::Result<ExitCode> {
-    exec_beside("sigbox-bridge", "bridge", root, settle, args)
+    exec_beside("sigbox-bridge", "bridge", Some(root), settle, args)
 }
 
 /// Replaces this process by `program`, installed beside `sigbox` (from the workspace's
-/// `crate_dir`), with `--root`, the global `--settle` (or `SIGBOX_SETTLE`) as the program takes
-/// it, then `args`.
+/// `crate_dir`), with `--root` (when given), the global `--settle` (or `SIGBOX_SETTLE`) as the
+/// program takes it, then `args`.
 pub(crate) fn exec_beside(
     program: &str,
     crate_dir: &str,
-    root: &Path,
+    root: Option<&Path>,
     settle: std::time::Duration,
     args: &[std::ffi::OsString],
 ) -> anyhow::Result<ExitCode> {
@@ -62,9 +62,10 @@ pub(crate) fn exec_beside(
     } else {
         cmd.env_remove("SIGBOX_DURABILITY");
     }
+    if let Some(root) = root {
+        cmd.arg("--root").arg(root);
+    }
     let err = cmd
-        .arg("--root")
-        .arg(root)
         .arg("--settle")
         .arg(format!("{}ms", settle.as_millis()))
         .args(args)

@@ -10,6 +10,7 @@ pub(crate) mod mailbox;
 pub(crate) mod mux;
 pub(crate) mod streams;
 pub(crate) mod tap;
+pub(crate) mod ui;
 
 use std::path::Path;
 use std::sync::OnceLock;
