@@ -87,8 +87,15 @@ pub fn sigbox_bin() -> PathBuf {
     bin
 }
 
-/// Prints a table row: `what`, baseline and sigbox p50 / p99, their ratios, the target.
+/// Prints a table row: `what`, baseline and sigbox p50 / p99, their ratios, the target; and
+/// records the row's verdict for the summary (see [`verdict`]).
 pub fn row(what: &str, base: Stats, sigbox: Stats, target: &str) {
+    verdict(
+        what,
+        ratio(sigbox.p50, base.p50),
+        ratio(sigbox.p99, base.p99),
+        target,
+    );
     println!(
         "| {what} | {} / {} | {} / {} | {:.2}x / {:.2}x | {target} |",
         us(base.p50),
@@ -229,4 +236,101 @@ pub fn wait_latency(
     drop(go_tx);
     waiter.join().unwrap();
     (Stats::of(bare), Stats::of(sb))
+}
+
+/// A target a ratio can be checked against: `[p50|p99] (<=|≤|>=|≥) N x`, as the tables write
+/// them (`p50 <= 1.2x`, `≤ 1.1x`, `p99 >= 0.6x`). `None` for a target in words.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Target {
+    /// Checked on the p99 ratio (else the p50 one).
+    pub p99: bool,
+    /// At most `bound` (else at least).
+    pub at_most: bool,
+    /// The bound, a ratio.
+    pub bound: f64,
+}
+
+impl Target {
+    /// Reads a target as the tables write it.
+    pub fn parse(text: &str) -> Option<Target> {
+        let t = text.trim();
+        let (p99, t) = match t.strip_prefix("p99") {
+            Some(rest) => (true, rest.trim_start()),
+            None => (false, t.strip_prefix("p50").unwrap_or(t).trim_start()),
+        };
+        let (at_most, t) = if let Some(r) = t.strip_prefix("<=").or_else(|| t.strip_prefix('≤')) {
+            (true, r)
+        } else if let Some(r) = t.strip_prefix(">=").or_else(|| t.strip_prefix('≥')) {
+            (false, r)
+        } else {
+            return None;
+        };
+        let bound = t.trim().strip_suffix('x')?.trim().parse().ok()?;
+        Some(Target {
+            p99,
+            at_most,
+            bound,
+        })
+    }
+
+    /// Whether a row with these ratios meets the target.
+    pub fn met(&self, p50: f64, p99: f64) -> bool {
+        let r = if self.p99 { p99 } else { p50 };
+        if self.at_most {
+            r <= self.bound
+        } else {
+            r >= self.bound
+        }
+    }
+}
+
+/// Records a row's verdict for `bench/run.sh`'s summary: one markdown line (the row, the
+/// ratio its target is about, the target, met or missed) appended to the file named by
+/// `SIGBOX_BENCH_SUMMARY`, when set. A target in words is listed without a verdict.
+pub fn verdict(what: &str, p50: f64, p99: f64, target: &str) {
+    let Some(path) = std::env::var_os("SIGBOX_BENCH_SUMMARY") else {
+        return;
+    };
+    let line = match Target::parse(target) {
+        Some(t) => format!(
+            "| {what} | {:.2}x | {target} | {} |\n",
+            if t.p99 { p99 } else { p50 },
+            if t.met(p50, p99) { "met" } else { "**missed**" }
+        ),
+        None => format!("| {what} | {p50:.2}x | {target} | (no bound) |\n"),
+    };
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(line.as_bytes()).unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Target;
+
+    #[test]
+    fn targets_read_as_the_tables_write_them() {
+        let rows: &[(&str, Option<(bool, bool, f64)>)] = &[
+            ("p50 <= 2x", Some((false, true, 2.0))),
+            ("≤ 1.1x", Some((false, true, 1.1))),
+            ("p99 <= 1.3x", Some((true, true, 1.3))),
+            (">= 0.6x", Some((false, false, 0.6))),
+            ("p50 ≥ 0.6x", Some((false, false, 0.6))),
+            ("far below read_dir", None),
+            ("<= 2", None),
+            ("", None),
+        ];
+        for (text, want) in rows {
+            let got = Target::parse(text).map(|t| (t.p99, t.at_most, t.bound));
+            assert_eq!(got, *want, "{text:?}");
+        }
+        let t = Target::parse("<= 1.2x").unwrap();
+        assert!(t.met(1.2, 9.0) && !t.met(1.21, 0.0));
+        let t = Target::parse("p99 >= 0.6x").unwrap();
+        assert!(t.met(0.0, 0.6) && !t.met(9.0, 0.59));
+    }
 }
