@@ -314,7 +314,9 @@ mod tests {
 
     #[test]
     fn targets_read_as_the_tables_write_them() {
-        let rows: &[(&str, Option<(bool, bool, f64)>)] = &[
+        // (target, (on p99, at most, bound))
+        type Row = (&'static str, Option<(bool, bool, f64)>);
+        let rows: &[Row] = &[
             ("p50 <= 2x", Some((false, true, 2.0))),
             ("≤ 1.1x", Some((false, true, 1.1))),
             ("p99 <= 1.3x", Some((true, true, 1.3))),
