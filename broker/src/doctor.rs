@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use crate::clock::ns_of;
 use crate::io::{Io, IoOptions};
 use crate::mailbox::{LAYOUT, Layout, MailboxOptions, ProblemKind};
+use crate::name::own;
 use crate::name::{self, NameKind};
 use crate::sys::EntryKind;
 
@@ -279,7 +280,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
         if name::classify(&e.name) != NameKind::InProgress || !old(&p) {
             continue;
         }
-        if crate::atomic::is_stage_name(&e.name) {
+        if own::is_stage_name(&e.name) {
             // Its writer still running: a write in progress, not a leftover.
             if !crate::atomic::stage_writer_alive(&e.name) {
                 stale_stages += 1;

@@ -18,6 +18,7 @@ use crate::body::{self, Handled};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{Linked, ReadOutcome};
 use crate::name;
+use crate::name::own;
 use crate::signal::Signal;
 use crate::sys::EntryKind;
 
@@ -482,7 +483,7 @@ impl Mailbox {
         expected: Option<(u64, i128)>,
     ) -> Result<Option<Delivery>> {
         let src = dir.join(name);
-        let found = atomic::with_fresh_names(dest_dir, name, |attempt, dest| {
+        let found = own::with_fresh_names(dest_dir, name, |attempt, dest| {
             let (claimed, pending) = match batch.as_deref_mut() {
                 Some(b) => {
                     // Every descriptor the commit needs, before the claim: running out of
@@ -840,7 +841,7 @@ impl Mailbox {
         name: &OsStr,
         touch: Option<&File>,
     ) -> Result<Option<PathBuf>> {
-        let back = atomic::with_fresh_names(dir, name, |_, dest| {
+        let back = own::with_fresh_names(dir, name, |_, dest| {
             Ok(match self.io.rename_noreplace(claimed, &dest)? {
                 crate::io::Renamed::Done => {
                     // The move back changed its ctime, which would make it look renamed in
@@ -913,7 +914,7 @@ impl Mailbox {
         let dir = self.layout.buffer_dir(agent);
         self.io.create_dir_durable(&dir)?;
         let src = self.layout.inputs.join(name);
-        atomic::with_fresh_names(&dir, name, |_, dest| {
+        own::with_fresh_names(&dir, name, |_, dest| {
             match atomic::claim(&self.io, &src, &dest, || Ok(()))? {
                 Claimed::Lost => {}
                 // Routed on what the scan read: a dropped name used again meanwhile is another

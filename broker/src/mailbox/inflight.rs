@@ -21,6 +21,7 @@ use crate::body::{self, Handled};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{ReadOutcome, Renamed};
 use crate::name;
+use crate::name::own;
 use crate::signal::Signal;
 use crate::sys::EntryKind;
 
@@ -132,7 +133,7 @@ impl Mailbox {
         for e in self.io.list(dir, true)? {
             if name::classify(&e.name) != name::NameKind::InProgress {
                 entries.push(e.name);
-            } else if atomic::is_claim_twin(&e.name) {
+            } else if own::is_claim_twin(&e.name) {
                 twins.push(e.name);
             }
         }
@@ -441,7 +442,7 @@ impl Mailbox {
         let body = json!({ "name": file, "id": id, "redelivery": count });
         let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
         bytes.push(b'\n');
-        let stage = atomic::stage_name(dir, "marker");
+        let stage = own::stage_name(dir, "marker");
         atomic::write_atomic(&self.io, &stage, marker, &bytes, Clobber::Yes)?;
         Ok(())
     }
@@ -514,7 +515,7 @@ impl Mailbox {
     pub(super) fn record_for(&self, claimed: &Path) -> Result<PathBuf> {
         let name = claimed.file_name().unwrap_or_default();
         let plain = self.layout.processed.join(name);
-        let fresh = || self.layout.processed.join(atomic::unique_variant(name));
+        let fresh = || self.layout.processed.join(own::unique_variant(name));
         if name::parse_canonical(&lossy(name)).is_none() && self.in_flight_elsewhere(claimed)? {
             return Ok(fresh());
         }
@@ -568,7 +569,7 @@ impl Mailbox {
         }
         let name = path.file_name().unwrap_or_default();
         let processed = &self.layout.processed;
-        let placed = atomic::with_fresh_names(processed, name, |attempt, dest| {
+        let placed = own::with_fresh_names(processed, name, |attempt, dest| {
             Ok(match self.io.rename_noreplace(path, &dest)? {
                 Renamed::Done => Some(()),
                 Renamed::SourceGone => {

@@ -43,9 +43,9 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 
-pub use bridge::{BRIDGED, BroadcastsSeen, Imported, Outgoing};
+pub use bridge::{BroadcastsSeen, Imported, Outgoing};
 pub use layout::LAYOUT;
-pub(crate) use layout::{Layout, NAME_MAX};
+pub(crate) use layout::Layout;
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
 pub use outbound::{Outbound, OutboundPlace, OutboundSignal};
 pub use pass::PassControl;
@@ -60,6 +60,7 @@ use crate::clock::{next_micros, ns_of};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::Io;
 use crate::name;
+use crate::name::own;
 use crate::signal::{NewSignal, Target};
 use crate::sys::EntryKind;
 pub(crate) use identity::identity;
@@ -296,7 +297,7 @@ impl Mailbox {
             ));
         }
         let dest = self.layout.inputs.join(&file);
-        let stage = atomic::stage_name_from(&self.layout.inputs, &unique, "send");
+        let stage = own::stage_name_from(&self.layout.inputs, &unique, "send");
         match atomic::write_atomic(&self.io, &stage, &dest, &bytes, Clobber::No)? {
             Placed::Done => {
                 tracing::debug!(%id, "sent");
@@ -365,7 +366,7 @@ impl Mailbox {
                     break;
                 }
                 // Outside tmp/, only regular files with sigbox's own staging names.
-                if only_stages && (e.kind != EntryKind::File || !atomic::is_stage_name(&e.name)) {
+                if only_stages && (e.kind != EntryKind::File || !own::is_stage_name(&e.name)) {
                     continue;
                 }
                 // A stage whose writer still runs is a write in progress, however old (a
@@ -376,7 +377,7 @@ impl Mailbox {
                 let p = dir.join(&e.name);
                 // A source a claim by link moved aside (§9.10) goes only as a second link: alone,
                 // it is a file that took a claimed name, quarantined by the slot's next owner.
-                let twin = atomic::is_claim_twin(&e.name);
+                let twin = own::is_claim_twin(&e.name);
                 if stale(&p)?
                     && if twin {
                         self.io.remove_second_link(&p)?
