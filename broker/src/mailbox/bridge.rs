@@ -17,7 +17,7 @@ use std::time::SystemTime;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::claim::{Batch, Undo};
+use super::delivery::{Batch, Undo};
 use super::layout::fnv1a;
 use super::report::Pass;
 use super::route::{Item, Source};

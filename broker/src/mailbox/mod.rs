@@ -9,8 +9,9 @@
 //! | `scan.rs` | listing, FIFO order, settle window, listing reuse | §2, §4, §5 |
 //! | `route.rs` | the routing table, as a pure decision | §6 |
 //! | `pass.rs` | a checkpoint pass carrying out the decisions | §6, §9.2 |
-//! | `claim.rs` | claims, group commit, buffer moves, interrupted moves | §9.2, §9.3, §9.6 |
-//! | `inflight.rs` | claim slots, acknowledgement, redelivery | §9.2 |
+//! | `identity.rs` | a signal's identity, as a pure function of its name, body and stamp | §2.4 |
+//! | `delivery/` | slots, claims, records, group commit, recovery, buffer moves, redelivery, acks | §9.2, §9.3, §9.6, §9.10 |
+//! | `links.rs` | a second link sigbox itself left, resolved | §9.6 |
 //! | `broadcast.rs` | acks, archive, finish | §9.4, §9.5 |
 //! | `presence.rs` | presence locks | §7 |
 //! | `quarantine.rs` | moving invalid files aside | §8 |
@@ -20,9 +21,8 @@
 mod bridge;
 mod broadcast;
 mod capped;
-mod claim;
+mod delivery;
 mod identity;
-mod inflight;
 mod inspect;
 mod layout;
 mod links;
@@ -81,7 +81,7 @@ pub struct Mailbox {
     /// first scan after that found (`scan.rs`).
     arrivals: Mutex<HashMap<PathBuf, Option<(u64, i128)>>>,
     /// What this handle has in flight, per agent (`inflight.rs`). Held for a whole pass.
-    flights: Mutex<HashMap<String, inflight::Flight>>,
+    flights: Mutex<HashMap<String, delivery::Flight>>,
 }
 
 impl std::fmt::Debug for Mailbox {
@@ -269,7 +269,8 @@ impl Mailbox {
     /// Sends a signal and returns its id.
     ///
     /// **Durability:** in durable mode the signal survives a crash or power loss once this
-    /// returns: the file is fsynced in `tmp/`, renamed into `inputs/` without replacing
+    /// returns: the file is written and fsynced under a staging name in `inputs/` itself (a
+    /// dot-file every reader skips), renamed to its canonical name there without replacing
     /// anything, and `inputs/` is fsynced. Readers never see a partial file.
     pub fn send(&self, s: &NewSignal) -> Result<String> {
         if let Target::Agent(a) = &s.target {
