@@ -8,6 +8,7 @@ use crate::bridge_state::BridgeState;
 use crate::clock::ns_of;
 use crate::io::{Io, IoOptions};
 use crate::mailbox::{LAYOUT, Layout, MailboxOptions, ProblemKind};
+use crate::name::own;
 use crate::name::{self, NameKind};
 use crate::sys::EntryKind;
 
@@ -280,7 +281,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
         if name::classify(&e.name) != NameKind::InProgress || !old(&p) {
             continue;
         }
-        if crate::atomic::is_stage_name(&e.name) {
+        if own::is_stage_name(&e.name) {
             // Its writer still running: a write in progress, not a leftover.
             if !crate::atomic::stage_writer_alive(&e.name) {
                 stale_stages += 1;

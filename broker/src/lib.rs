@@ -33,11 +33,11 @@
 //! |---|---|---|
 //! | `error` | [`Error`], [`ErrorKind`]: every error names its file and reason | |
 //! | `signal` | [`SignalType`], [`Target`], [`Signal`], [`NewSignal`] | `mailbox.md` §3.1 |
-//! | [`name`] | file names: canonical and upstream forms | `mailbox.md` §2 |
-//! | `body` | bodies, records and the handling block ([`Handling`]) | `mailbox.md` §3.2-§3.4 |
+//! | [`name`] | file names: canonical and upstream forms; the names sigbox gives its own files (staging, twins, `.dup-` variants, `NAME_MAX`) | `mailbox.md` §2, §8, §9 |
+//! | `body` | bodies (`codec`), the handling block ([`Handling`], [`BRIDGED`]) and records | `mailbox.md` §3.2-§3.4 |
 //! | `clock` | protocol instants, the settle rule, the size cap | `mailbox.md` §4, §5 |
 //! | `sys` | platform differences: `renameat2`, `getdents64`, stamps | `mailbox.md` §9.9 |
-//! | `io` | the seam: every effect, the hook, durability, poisoning ([`IoOptions`]) | `mailbox.md` §9 |
+//! | `io` | the seam: every effect and read, the hook, durability, poisoning ([`IoOptions`]) | `mailbox.md` §9 |
 //! | `atomic` | the atomic write and the claim | `mailbox.md` §9.1, §9.2 |
 //! | `mailbox` | the Ralph mailbox ([`Mailbox`]), one file per spec section | `mailbox.md` |
 //! | `doctor` | [`diagnose`]: what is wrong with a root | `mailbox.md` §1, §8 |
@@ -64,14 +64,14 @@ mod signal;
 mod sys;
 pub mod tap;
 
-pub use body::{Archived, Handling};
+pub use body::{Archived, BRIDGED, Handling};
 pub use doctor::{Finding, Severity, diagnose};
 pub use error::{Error, ErrorKind, Result};
 pub use io::{Durability, FsHook, FsOp, IoOptions, LINK_CLAIMS_ENV, PORTABLE_RENAME_ENV};
 pub use mailbox::{
-    ArchivedBroadcast, BRIDGED, BroadcastsSeen, Buffered, DEFAULT_QUORUM, Finished, Imported,
-    LAYOUT, Mailbox, MailboxOptions, Outbound, OutboundPlace, OutboundSignal, Outgoing, Pass,
-    PassControl, PauseLock, Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE,
+    ArchivedBroadcast, BroadcastsSeen, Buffered, DEFAULT_QUORUM, Finished, Imported, LAYOUT,
+    Mailbox, MailboxOptions, Outbound, OutboundPlace, OutboundSignal, Outgoing, Pass, PassControl,
+    PauseLock, Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE,
     SHARED_FILE_MODE, Settling,
 };
 pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, agent_name_problem, valid_agent};

@@ -366,3 +366,84 @@ fn a_signal_buffered_under_a_claim_keeps_its_turn() {
         .collect();
     assert_eq!(got, ["first", "second", "third"]);
 }
+
+/// Cuts every read of a file to at most `.0` bytes, and fails every read (EIO) and listing
+/// (`.1`, `.2`) when asked: what a kernel may do to a read of a file another process writes,
+/// or of a failing disk.
+struct Reads(usize, bool, bool);
+
+impl FsHook for Reads {
+    fn before(&self, _: &FsOp<'_>) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn read(&self, op: &FsOp<'_>, len: usize) -> io::Result<usize> {
+        match op {
+            FsOp::Read(_) if self.1 => Err(io::Error::from_raw_os_error(5)), // EIO
+            FsOp::List(_) if self.2 => Err(io::Error::from_raw_os_error(5)),
+            FsOp::Read(_) => Ok(len.min(self.0)),
+            _ => Ok(len),
+        }
+    }
+}
+
+#[test]
+fn reads_cut_short_still_deliver_the_whole_signal() {
+    let message = "m".repeat(3000);
+    for cut in [1, 7, 4096] {
+        let tmp = tempfile::tempdir().unwrap();
+        let clean = sigbox::Mailbox::init(tmp.path()).unwrap();
+        let mut s = sig();
+        s.message(message.as_str());
+        let id = clean.send(&s).unwrap();
+        let mb = MailboxOptions::new()
+            .hook(Arc::new(Reads(cut, false, false)))
+            .open(tmp.path())
+            .unwrap();
+        let pass = mb.pass("Executor", None).unwrap();
+        assert_eq!(pass.delivered.len(), 1, "cut {cut}");
+        assert_eq!(pass.delivered[0].id, id);
+        assert_eq!(pass.delivered[0].message.as_deref(), Some(message.as_str()));
+        assert!(pass.rejected.is_empty(), "cut {cut}: {:?}", pass.rejected);
+        assert_eq!(mb.ack("Executor").unwrap(), 1, "cut {cut}");
+        let record = sigbox_tests::names(&tmp.path().join("processed"));
+        assert_eq!(record.len(), 1, "cut {cut}: acknowledged into processed/");
+    }
+}
+
+#[test]
+fn a_failed_read_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clean = sigbox::Mailbox::init(tmp.path()).unwrap();
+    let id = clean.send(&sig()).unwrap();
+    let mb = MailboxOptions::new()
+        .hook(Arc::new(Reads(usize::MAX, true, false)))
+        .open(tmp.path())
+        .unwrap();
+    let err = mb.pass("Executor", None).unwrap_err();
+    assert!(err.to_string().contains("cannot read"), "{err}");
+    assert!(!mb.is_poisoned(), "a failed read is not a failed fsync");
+    assert!(sigbox_tests::names(&tmp.path().join("processed")).is_empty());
+    assert!(sigbox_tests::names(&tmp.path().join("rejected")).is_empty());
+    drop(mb);
+    let again = clean.pass("Executor", None).unwrap();
+    assert_eq!(again.delivered.len(), 1);
+    assert_eq!(again.delivered[0].id, id);
+}
+
+#[test]
+fn a_failed_listing_fails_the_pass_and_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clean = sigbox::Mailbox::init(tmp.path()).unwrap();
+    let id = clean.send(&sig()).unwrap();
+    let mb = MailboxOptions::new()
+        .hook(Arc::new(Reads(usize::MAX, false, true)))
+        .open(tmp.path())
+        .unwrap();
+    let err = mb.pass("Executor", None).unwrap_err();
+    assert!(err.to_string().contains("cannot list"), "{err}");
+    drop(mb);
+    let again = clean.pass("Executor", None).unwrap();
+    assert_eq!(again.delivered.len(), 1);
+    assert_eq!(again.delivered[0].id, id);
+}

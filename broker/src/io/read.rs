@@ -1,10 +1,13 @@
 //! Reading a file that strangers may have written: the checks every read of the drop zone
 //! makes, and their outcome as a type with one wording for every refusal.
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{self, Read};
+use std::path::Path;
 
-use crate::sys::{self, Stamp};
+use super::{FsHook, FsOp, Io};
+use crate::error::{Error, Result};
+use crate::sys::{self, Entry, Stamp};
 
 /// Outcome of reading a file from a directory strangers write to, with all the checks applied.
 #[derive(Debug)]
@@ -64,7 +67,13 @@ impl ReadOutcome {
 ///
 /// A transient failure (see [`sys::is_transient`]) is the error; any other failure is
 /// [`ReadOutcome::Unreadable`], a property of the file.
-pub(super) fn read_checked(mut file: &File, cap: u64) -> io::Result<ReadOutcome> {
+pub(super) fn read_checked(
+    file: &File,
+    path: &Path,
+    hook: Option<&dyn FsHook>,
+    cap: u64,
+) -> io::Result<ReadOutcome> {
+    let mut file = Hooked { file, path, hook };
     let unreadable = |what: &str, e: io::Error| {
         if sys::is_transient(&e) {
             Err(e)
@@ -121,4 +130,155 @@ pub(super) fn read_checked(mut file: &File, cap: u64) -> io::Result<ReadOutcome>
         });
     }
     Ok(ReadOutcome::Bytes(buf, stamp))
+}
+
+impl Io {
+    /// Lists a directory. A missing directory lists as empty when `missing_ok`.
+    pub(crate) fn list(&self, dir: &Path, missing_ok: bool) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        let fd = match self.dir(dir) {
+            Ok(fd) => fd,
+            Err(e)
+                if missing_ok
+                    && e.io_error()
+                        .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                return Ok(out);
+            }
+            Err(e) => return Err(e),
+        };
+        // A description of its own: a kept directory's offset is shared.
+        let fd = fd
+            .into_file()
+            .map_err(|e| Error::io(dir, "cannot open directory", e))?;
+        if let Some(h) = &self.hook {
+            h.read(&FsOp::List(dir), 0)
+                .map_err(|e| Error::io(dir, "cannot list directory", e))?;
+        }
+        match sys::list_fd(&fd, |name, kind| out.push(Entry { name, kind })) {
+            Ok(()) => Ok(out),
+            Err(e) => Err(Error::io(dir, "cannot list directory", e)),
+        }
+    }
+
+    /// Reads a file from a directory that strangers write to: never follows a symlink, never
+    /// blocks on a FIFO, refuses anything but a regular file with one link, and reads at most
+    /// `cap` bytes.
+    pub(crate) fn read_untrusted(&self, path: &Path, cap: u64) -> Result<ReadOutcome> {
+        let (dir, name) = match self.place(path) {
+            Ok(p) => p,
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                return Ok(ReadOutcome::Gone);
+            }
+            Err(e) => return Err(e),
+        };
+        let file = match sys::open_untrusted_at(&dir, name, rustix::fs::OFlags::RDONLY) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ReadOutcome::Gone),
+            Err(e) if is_symlink_error(&e) => return Ok(ReadOutcome::NotRegular("a symlink")),
+            Err(e) if sys::is_transient(&e) => return Err(Error::io(path, "cannot open", e)),
+            Err(e) => return Ok(ReadOutcome::Unreadable(format!("cannot open: {e}"))),
+        };
+        read_checked(&file, path, self.hook.as_deref(), cap)
+            .map_err(|e| Error::io(path, "cannot read", e))
+    }
+
+    /// [`Io::read_untrusted`] for a file this handle has just claimed (renamed into
+    /// `processed/`), keeping one read-write descriptor open for its handling record
+    /// ([`Io::replace_tail`]). The descriptor comes back only with `ReadOutcome::Bytes`. When the file
+    /// cannot be opened for writing (another user's private file, anything not a regular
+    /// file), it is read as [`Io::read_untrusted`] reads it, without a descriptor.
+    pub(crate) fn read_claimed(
+        &self,
+        path: &Path,
+        cap: u64,
+    ) -> Result<(ReadOutcome, Option<File>)> {
+        let (dir, name) = match self.place(path) {
+            Ok(p) => p,
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                return Ok((ReadOutcome::Gone, None));
+            }
+            Err(e) => return Err(e),
+        };
+        let access = rustix::fs::OFlags::RDWR;
+        let file = match sys::open_untrusted_at(&dir, name, access) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((ReadOutcome::Gone, None)),
+            Err(e) if sys::is_transient(&e) => return Err(Error::io(path, "cannot open", e)),
+            Err(_) => return Ok((self.read_untrusted(path, cap)?, None)),
+        };
+        let r = read_checked(&file, path, self.hook.as_deref(), cap)
+            .map_err(|e| Error::io(path, "cannot read", e))?;
+        let keep = matches!(r, ReadOutcome::Bytes(..)).then_some(file);
+        Ok((r, keep))
+    }
+
+    /// `lstat`, as a [`Stamp`]; `None` when the file is gone.
+    pub(crate) fn stamp(&self, path: &Path) -> Result<Option<Stamp>> {
+        let r = match self.root().as_ref().and_then(|r| r.rel(path)) {
+            // The root itself: as opened.
+            Some(rel) if rel.as_os_str().is_empty() => self
+                .dir(path)
+                .and_then(|d| sys::stat_dir(&d).map_err(|e| Error::io(path, "cannot stat", e)))
+                .map(Some),
+            _ => match self.place(path) {
+                Ok((dir, name)) => sys::stat_at(&dir, name)
+                    .map(Some)
+                    .map_err(|e| Error::io(path, "cannot stat", e)),
+                Err(e) => Err(e),
+            },
+        };
+        match r {
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                Ok(None)
+            }
+            other => other,
+        }
+    }
+
+    /// True when `path` is a real directory (beneath the root: reached without a symlink and
+    /// not itself one).
+    pub(crate) fn is_dir(&self, path: &Path) -> bool {
+        self.stamp(path)
+            .is_ok_and(|s| s.is_some_and(|s| s.kind == sys::EntryKind::Dir))
+    }
+}
+
+pub(super) fn is_symlink_error(e: &io::Error) -> bool {
+    // O_NOFOLLOW on a symlink gives ELOOP on Linux and the BSDs (EMLINK on some).
+    matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::LOOP.raw_os_error()
+        || code == rustix::io::Errno::MLINK.raw_os_error())
+}
+
+/// A file read through the seam's hook ([`FsHook::read`]): each `read` may be failed or cut
+/// short by it, as the kernel could.
+struct Hooked<'a> {
+    file: &'a File,
+    path: &'a Path,
+    hook: Option<&'a dyn FsHook>,
+}
+
+impl Hooked<'_> {
+    fn metadata(&self) -> io::Result<fs::Metadata> {
+        self.file.metadata()
+    }
+}
+
+impl Read for Hooked<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let len = match self.hook {
+            Some(h) => h.read(&FsOp::Read(self.path), buf.len())?.min(buf.len()),
+            None => buf.len(),
+        };
+        self.file.read(&mut buf[..len])
+    }
 }

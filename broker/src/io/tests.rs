@@ -1,5 +1,8 @@
 //! Unit tests of the seam: sized reads, group syncs, poisoning.
 
+use std::fs::{self, File};
+
+use super::read::read_checked;
 use super::*;
 
 fn bytes(r: ReadOutcome) -> Vec<u8> {
@@ -17,11 +20,11 @@ fn a_file_is_read_whole_whatever_its_size() {
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         fs::write(&p, &data).unwrap();
         assert_eq!(
-            bytes(read_checked(&File::open(&p).unwrap(), 1 << 20).unwrap()),
+            bytes(read_checked(&File::open(&p).unwrap(), &p, None, 1 << 20).unwrap()),
             data
         );
         if len > 0 {
-            let over = read_checked(&File::open(&p).unwrap(), len as u64 - 1).unwrap();
+            let over = read_checked(&File::open(&p).unwrap(), &p, None, len as u64 - 1).unwrap();
             assert!(
                 matches!(over, ReadOutcome::TooLarge { size, .. } if size == len as u64),
                 "{over:?}"
@@ -35,7 +38,15 @@ fn a_file_is_read_whole_whatever_its_size() {
 fn a_file_longer_than_its_stat_size_is_read_to_its_end_within_the_cap() {
     // procfs files report size 0 and hold more: the single sized read comes back longer
     // than the size, and the rest is read on to the end.
-    let read = |cap| read_checked(&File::open("/proc/self/status").unwrap(), cap).unwrap();
+    let read = |cap| {
+        read_checked(
+            &File::open("/proc/self/status").unwrap(),
+            Path::new("/proc/self/status"),
+            None,
+            cap,
+        )
+        .unwrap()
+    };
     let all = bytes(read(1 << 20));
     assert!(all.starts_with(b"Name:") && all.ends_with(b"\n"), "{all:?}");
     assert!(matches!(

@@ -17,16 +17,18 @@ use std::time::SystemTime;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::claim::{Batch, Undo};
+use super::delivery::{Batch, Undo};
 use super::layout::fnv1a;
 use super::report::Pass;
 use super::route::{Item, Source};
 use super::{HANDLING_ROOM, Mailbox, identity, lossy};
 use crate::atomic::{self, Clobber, Placed};
 use crate::body;
+use crate::body::BRIDGED;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{Linked, ReadOutcome};
 use crate::name;
+use crate::name::own;
 use crate::signal::{SignalType, Target};
 
 /// Room the `bridged` field takes in a signal that crosses hosts, out of the room a signal
@@ -35,9 +37,6 @@ const BRIDGED_ROOM: u64 = 512;
 
 /// The bridge's state file in `bridge/`.
 const STATE_FILE: &str = "state.json";
-
-/// The field an imported signal carries: `{"from": <host>, "hops": n, "id": <its id there>}`.
-pub const BRIDGED: &str = "bridged";
 
 /// A signal on its way to other hosts: what the bridge publishes.
 #[derive(Clone, Debug)]
@@ -155,7 +154,7 @@ impl Mailbox {
     /// and `doctor` read; no delivery rests on it, so it is not synced).
     pub fn bridge_write_state(&self, bytes: &[u8]) -> Result<()> {
         let dest = self.layout.bridge.join(STATE_FILE);
-        let stage = atomic::stage_name(&self.layout.bridge, "state");
+        let stage = own::stage_name(&self.layout.bridge, "state");
         atomic::write_atomic(&self.io, &stage, &dest, bytes, Clobber::Yes)?;
         Ok(())
     }
@@ -262,7 +261,7 @@ impl Mailbox {
             self.io
                 .create_dir_all_synced(&self.layout.hold, Some(&self.layout.root))?;
         }
-        let stage = atomic::stage_name(&self.layout.hold, "hold");
+        let stage = own::stage_name(&self.layout.hold, "hold");
         atomic::write_atomic(
             &self.io,
             &stage,
@@ -556,7 +555,7 @@ impl Mailbox {
                         marked = true;
                     }
                     let marker = self.layout.broadcasts.join(Self::broadcast_marker(&out.id));
-                    let stage = atomic::stage_name(&self.layout.broadcasts, "export");
+                    let stage = own::stage_name(&self.layout.broadcasts, "export");
                     self.io
                         .write_new(&stage, format!("{}\n", out.id).as_bytes())?;
                     if self.io.rename_noreplace(&stage, &marker)? != crate::io::Renamed::Done {
@@ -570,7 +569,7 @@ impl Mailbox {
                         moved = true;
                     }
                     let src = self.layout.outbox.join(name);
-                    atomic::with_fresh_names(&self.layout.sent, name, |_, dest| {
+                    own::with_fresh_names(&self.layout.sent, name, |_, dest| {
                         // Where renames are not atomic across directories, a link now and the
                         // outbox's name removed after the fsync of sent/ (spec/mailbox.md
                         // §9.10): a power loss leaves the record in one place or two, never in
@@ -685,7 +684,7 @@ impl Mailbox {
         });
         let mut bytes = serde_json::to_vec(&body).unwrap_or_default();
         bytes.push(b'\n');
-        let stage = atomic::stage_name(&dir, "ack");
+        let stage = own::stage_name(&dir, "ack");
         let ack = dir.join(format!("{agent}.ack"));
         Ok(atomic::write_atomic(&self.io, &stage, &ack, &bytes, Clobber::No)? == Placed::Done)
     }
@@ -725,7 +724,7 @@ impl Mailbox {
         }
         // Staged under a send's name, so that a second link a crash leaves is resolved as a
         // send's (spec/mailbox.md §9.6).
-        let stage = atomic::stage_name_from(&self.layout.inputs, canon.unique, "send");
+        let stage = own::stage_name_from(&self.layout.inputs, canon.unique, "send");
         Ok(
             match atomic::write_atomic(&self.io, &stage, &dest, body, Clobber::No)? {
                 Placed::Done => Imported::Written,

@@ -17,6 +17,7 @@ use crate::body::{Archived, Handled};
 use crate::clock::{self, Precision};
 use crate::error::Result;
 use crate::io::ReadOutcome;
+use crate::name::own;
 use crate::signal::{Signal, Target};
 
 impl Mailbox {
@@ -146,7 +147,7 @@ impl Mailbox {
         });
         let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
         bytes.push(b'\n');
-        let stage = atomic::stage_name(ack_dir, "ack");
+        let stage = own::stage_name(ack_dir, "ack");
         Ok(
             match atomic::write_atomic(&self.io, &stage, ack, &bytes, Clobber::No)? {
                 Placed::Done => Some((sig, ack.to_path_buf())),

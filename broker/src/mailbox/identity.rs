@@ -7,9 +7,9 @@ use std::time::SystemTime;
 use serde_json::{Map, Value};
 
 use super::layout::fnv1a;
-use crate::atomic;
 use crate::clock;
 use crate::name;
+use crate::name::own;
 use crate::sys::Stamp;
 
 /// The longest stem an identity keeps (bytes): with the `@` and the 16 hex digits of the key,
@@ -48,7 +48,7 @@ pub(crate) fn identity(file_name: &str, fields: &Map<String, Value>, stamp: &Sta
     if let Some(birth) = stamp.birth_ns {
         key.extend_from_slice(&birth.to_le_bytes());
     }
-    format!("{}@{:016x}", atomic::cut(stem, STEM_MAX), fnv1a(&key))
+    format!("{}@{:016x}", own::cut(stem, STEM_MAX), fnv1a(&key))
 }
 
 /// `file_name` without the `.dup-<12 hex>` a no-clobber move inserted before its extension. A

@@ -4,6 +4,8 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use crate::name::own::NAME_MAX;
+
 /// The directories of a mailbox root, in the order `init` creates them.
 pub const LAYOUT: [&str; 8] = [
     "inputs",
@@ -174,9 +176,6 @@ impl Layout {
 }
 
 const REASON_SUFFIX: &str = ".reason.json";
-
-/// The longest file name most filesystems take, in bytes.
-pub(crate) const NAME_MAX: usize = 255;
 
 /// FNV-1a, 64 bits: stable across versions and platforms, unlike std's hasher.
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {

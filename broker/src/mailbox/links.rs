@@ -9,10 +9,10 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use super::{Mailbox, lossy};
-use crate::atomic;
 use crate::error::Result;
 use crate::io::ReadOutcome;
 use crate::name;
+use crate::name::own;
 use crate::sys::EntryKind;
 
 /// How a second link sigbox left was resolved.
@@ -192,9 +192,9 @@ impl Mailbox {
             .list(dir, true)?
             .into_iter()
             .filter(|e| {
-                atomic::is_claim_twin(&e.name)
+                own::is_claim_twin(&e.name)
                     || send_tail.as_ref().is_some_and(|tail| {
-                        atomic::is_stage_name(&e.name)
+                        own::is_stage_name(&e.name)
                             && e.name.to_str().is_some_and(|n| n.ends_with(tail))
                     })
             })

@@ -9,8 +9,9 @@
 //! | `scan.rs` | listing, FIFO order, settle window, listing reuse | §2, §4, §5 |
 //! | `route.rs` | the routing table, as a pure decision | §6 |
 //! | `pass.rs` | a checkpoint pass carrying out the decisions | §6, §9.2 |
-//! | `claim.rs` | claims, group commit, buffer moves, interrupted moves | §9.2, §9.3, §9.6 |
-//! | `inflight.rs` | claim slots, acknowledgement, redelivery | §9.2 |
+//! | `identity.rs` | a signal's identity, as a pure function of its name, body and stamp | §2.4 |
+//! | `delivery/` | slots, claims, records, group commit, recovery, buffer moves, redelivery, acks | §9.2, §9.3, §9.6, §9.10 |
+//! | `links.rs` | a second link sigbox itself left, resolved | §9.6 |
 //! | `broadcast.rs` | acks, archive, finish | §9.4, §9.5 |
 //! | `presence.rs` | presence locks | §7 |
 //! | `quarantine.rs` | moving invalid files aside | §8 |
@@ -21,9 +22,8 @@
 mod bridge;
 mod broadcast;
 mod capped;
-mod claim;
+mod delivery;
 mod identity;
-mod inflight;
 mod inspect;
 mod layout;
 mod links;
@@ -45,9 +45,9 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 
-pub use bridge::{BRIDGED, BroadcastsSeen, Imported, Outgoing};
+pub use bridge::{BroadcastsSeen, Imported, Outgoing};
 pub use layout::LAYOUT;
-pub(crate) use layout::{Layout, NAME_MAX};
+pub(crate) use layout::Layout;
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
 pub use outbound::{Outbound, OutboundPlace, OutboundSignal};
 pub use pass::PassControl;
@@ -62,6 +62,7 @@ use crate::clock::{next_micros, ns_of};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::Io;
 use crate::name;
+use crate::name::own;
 use crate::signal::{NewSignal, Target};
 use crate::sys::EntryKind;
 pub(crate) use identity::identity;
@@ -82,7 +83,7 @@ pub struct Mailbox {
     /// first scan after that found (`scan.rs`).
     arrivals: Mutex<HashMap<PathBuf, Option<(u64, i128)>>>,
     /// What this handle has in flight, per agent (`inflight.rs`). Held for a whole pass.
-    flights: Mutex<HashMap<String, inflight::Flight>>,
+    flights: Mutex<HashMap<String, delivery::Flight>>,
 }
 
 impl std::fmt::Debug for Mailbox {
@@ -270,7 +271,8 @@ impl Mailbox {
     /// Sends a signal and returns its id.
     ///
     /// **Durability:** in durable mode the signal survives a crash or power loss once this
-    /// returns: the file is fsynced in `tmp/`, renamed into `inputs/` without replacing
+    /// returns: the file is written and fsynced under a staging name in `inputs/` itself (a
+    /// dot-file every reader skips), renamed to its canonical name there without replacing
     /// anything, and `inputs/` is fsynced. Readers never see a partial file.
     pub fn send(&self, s: &NewSignal) -> Result<String> {
         if let Target::Agent(a) = &s.target {
@@ -298,7 +300,7 @@ impl Mailbox {
             ));
         }
         let dest = self.layout.inputs.join(&file);
-        let stage = atomic::stage_name_from(&self.layout.inputs, &unique, "send");
+        let stage = own::stage_name_from(&self.layout.inputs, &unique, "send");
         match atomic::write_atomic(&self.io, &stage, &dest, &bytes, Clobber::No)? {
             Placed::Done => {
                 tracing::debug!(%id, "sent");
@@ -367,7 +369,7 @@ impl Mailbox {
                     break;
                 }
                 // Outside tmp/, only regular files with sigbox's own staging names.
-                if only_stages && (e.kind != EntryKind::File || !atomic::is_stage_name(&e.name)) {
+                if only_stages && (e.kind != EntryKind::File || !own::is_stage_name(&e.name)) {
                     continue;
                 }
                 // A stage whose writer still runs is a write in progress, however old (a
@@ -378,7 +380,7 @@ impl Mailbox {
                 let p = dir.join(&e.name);
                 // A source a claim by link moved aside (§9.10) goes only as a second link: alone,
                 // it is a file that took a claimed name, quarantined by the slot's next owner.
-                let twin = atomic::is_claim_twin(&e.name);
+                let twin = own::is_claim_twin(&e.name);
                 if stale(&p)?
                     && if twin {
                         self.io.remove_second_link(&p)?

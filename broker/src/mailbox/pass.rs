@@ -14,8 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use super::Mailbox;
-use super::claim::{Batch, Delivery, GROUP_COMMIT};
-use super::inflight::{Flight, Held, Orphan};
+use super::delivery::{Batch, Delivery, Flight, GROUP_COMMIT, Held, Orphan};
 use super::report::Pass;
 use super::route::{Action, Item, Source, Who, decide};
 use super::scan::Scan;

@@ -9,6 +9,7 @@ use super::Mailbox;
 use crate::atomic::{self, Clobber};
 use crate::error::{Error, Result};
 use crate::io::ReadOutcome;
+use crate::name::own;
 
 /// A held presence: while it lives, the orchestrator leaves this agent's signals in `inputs/`
 /// instead of buffering them. Several handles of one agent may hold it at once (shared lock);
@@ -96,7 +97,7 @@ impl Mailbox {
             Some(v) => {
                 let mut bytes = serde_json::to_vec(v).expect("JSON serializes");
                 bytes.push(b'\n');
-                let stage = atomic::stage_name(&self.layout.agents, "paused");
+                let stage = own::stage_name(&self.layout.agents, "paused");
                 atomic::write_atomic(&self.io, &stage, &path, &bytes, Clobber::Yes)?;
             }
             None => {

@@ -15,6 +15,7 @@ use crate::atomic::{self, Claimed, Clobber};
 use crate::clock::{self, Precision};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::ReadOutcome;
+use crate::name::own;
 use crate::sys::EntryKind;
 
 impl Mailbox {
@@ -39,7 +40,7 @@ impl Mailbox {
         if crate::io::is_hard_link_reason(reason) && self.links_waiting(&src)?.is_some() {
             return Ok(None);
         }
-        let found = atomic::with_fresh_names(&self.layout.rejected, name, |_, dest| {
+        let found = own::with_fresh_names(&self.layout.rejected, name, |_, dest| {
             let write_reason = || {
                 let body = json!({
                     "file": lossy(name),
@@ -50,7 +51,7 @@ impl Mailbox {
                 });
                 let mut bytes = serde_json::to_vec_pretty(&body).expect("JSON serializes");
                 bytes.push(b'\n');
-                let stage = atomic::stage_name(&self.layout.rejected, "reason");
+                let stage = own::stage_name(&self.layout.rejected, "reason");
                 let why = Layout::reason_path(&dest);
                 atomic::write_atomic(&self.io, &stage, &why, &bytes, Clobber::Yes)
             };
@@ -116,7 +117,7 @@ impl Mailbox {
     pub fn rejected(&self) -> Result<Vec<Rejection>> {
         let mut out = Vec::new();
         for e in self.io.list(&self.layout.rejected, true)? {
-            if Layout::is_reason_file(&e.name) || atomic::is_stage_name(&e.name) {
+            if Layout::is_reason_file(&e.name) || own::is_stage_name(&e.name) {
                 continue;
             }
             let path = self.layout.rejected.join(&e.name);
@@ -149,7 +150,7 @@ impl Mailbox {
         for e in self.io.list(dir, true)? {
             if e.kind == EntryKind::Dir
                 || Layout::is_reason_file(&e.name)
-                || atomic::is_stage_name(&e.name)
+                || own::is_stage_name(&e.name)
             {
                 continue;
             }

@@ -17,6 +17,8 @@ use chrono::{DateTime, Local, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc
 pub use crate::signal::valid_agent;
 use crate::signal::{SignalType, Target};
 
+pub(crate) mod own;
+
 /// What a directory entry's name says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NameKind<'a> {

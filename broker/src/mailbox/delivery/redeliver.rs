@@ -1,0 +1,244 @@
+//! Redelivery (spec/mailbox.md §9.2): the slots of consumers that died before handing their
+//! signals over are taken over, and what they hold is delivered again, under the same ids,
+//! marked as redeliveries with a count; a broadcast's marker stands for its ack in flight.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::slot::{Flight, Slot};
+use super::{Delivery, Held};
+use crate::atomic::{self, Clobber};
+use crate::body::{self, Handled};
+use crate::error::Result;
+use crate::io::ReadOutcome;
+use crate::mailbox::layout::Layout;
+use crate::mailbox::report::Pass;
+use crate::mailbox::{Mailbox, identity, lossy};
+use crate::name;
+use crate::name::own;
+
+/// A marker is a few hundred bytes; anything larger was not written by sigbox.
+pub(super) const MARKER_CAP: u64 = 64 * 1024;
+
+/// A signal in a slot this handle holds that was never handed over.
+pub(in crate::mailbox) struct Orphan {
+    pub(super) dir: PathBuf,
+    pub(super) name: OsString,
+}
+
+/// True for a file name that is one path component: a marker names a file in `inputs/` or
+/// `processed/`, never a path elsewhere.
+pub(super) fn is_plain_name(file: &str) -> bool {
+    !file.is_empty() && file != "." && file != ".." && !file.contains(['/', '\\', '\0'])
+}
+
+impl Mailbox {
+    /// Takes over every slot of `agent` that no live handle holds and that has signals in it,
+    /// and lists what the slots this handle holds contain that was never handed over, oldest
+    /// first: the redeliveries. A signal whose claim or acknowledgement a crash interrupted
+    /// halfway (the same signal is still in `inputs/` or the buffer, or already in
+    /// `processed/`) is resolved here instead: its slot link is removed.
+    pub(in crate::mailbox) fn orphans(
+        &self,
+        agent: &str,
+        flight: &mut Flight,
+    ) -> Result<Vec<Orphan>> {
+        let mut out = Vec::new();
+        for (_, dir) in self.slots(agent)? {
+            let lock = if flight.holds(&dir) {
+                None
+            } else {
+                match self.io.lock_dir(&dir)? {
+                    Some(lock) => Some(lock),
+                    None => continue, // a live handle holds it
+                }
+            };
+            let mut found = Vec::new();
+            let (entries, twins) = self.slot_listing(&dir)?;
+            for t in &twins {
+                self.clear_claim_twin(&dir, t, agent)?;
+            }
+            for f in entries {
+                if lock.is_none() && flight.handed(&dir.join(&f)) {
+                    continue;
+                }
+                if !Layout::is_marker(&f) && self.resolve_twin(agent, &dir, &f)? {
+                    continue;
+                }
+                let at = self.io.stamp(&dir.join(&f))?.map_or(0, |s| s.mtime_ns);
+                found.push((at, f));
+            }
+            if found.is_empty() {
+                continue; // an empty slot nobody holds: released again at once
+            }
+            if let Some(lock) = lock {
+                tracing::info!(slot = %dir.display(), signals = found.len(), "taking over the claims of a consumer that died");
+                flight.adopted.push(Slot {
+                    dir: dir.clone(),
+                    _lock: lock,
+                });
+            }
+            out.extend(found.into_iter().map(|(at, name)| {
+                (
+                    at,
+                    Orphan {
+                        dir: dir.clone(),
+                        name,
+                    },
+                )
+            }));
+        }
+        let mut out: Vec<(i128, Orphan)> = out;
+        out.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+        Ok(out.into_iter().map(|(_, o)| o).collect())
+    }
+
+    /// Delivers an orphan again: a claimed file gets a handling block with its redelivery
+    /// count (fdatasynced before the hand-over, so that the count survives a power loss);
+    /// a broadcast marker is rewritten with its count. `None` when there is nothing to
+    /// deliver (the file was invalid and is quarantined, or the broadcast was never acked).
+    pub(in crate::mailbox) fn redeliver(
+        &self,
+        o: &Orphan,
+        agent: &str,
+        pass: &mut Pass,
+    ) -> Result<Option<Delivery>> {
+        let path = o.dir.join(&o.name);
+        if Layout::is_marker(&o.name) {
+            return self.redeliver_broadcast(&path, agent);
+        }
+        let (read, file) = self.read_claimed_signal(&path)?;
+        let fname = lossy(&o.name);
+        let reason = match read {
+            ReadOutcome::Gone => return Ok(None),
+            ReadOutcome::Bytes(bytes, stamp) => {
+                match body::read_signal_end(&bytes, &fname, &path) {
+                    Ok((mut sig, end)) => {
+                        sig.id = identity::identity(&fname, &sig.fields, &stamp);
+                        let count = body::redeliveries(&bytes, &fname).saturating_add(1);
+                        let extra = Handled::Redelivered(count).fields(agent);
+                        let format = name::format_of(&fname);
+                        let a = body::annotation(&bytes, format, &extra, end);
+                        match file {
+                            Some(f) if body::records_whole(&bytes, format, &a) => {
+                                self.io.replace_tail(&f, &path, a.span(&bytes), &a.tail)?;
+                                self.io.sync_data(&f, &path)?;
+                            }
+                            Some(_) => {
+                                tracing::debug!(file = %path.display(), "no redelivery record: it would not stay one document");
+                            }
+                            None => {
+                                tracing::warn!(file = %path.display(), "cannot record the redelivery count in the file (not writable)")
+                            }
+                        }
+                        sig.fields.extend(extra);
+                        return Ok(Some(Delivery::redelivered(sig, Held::Claim(path, None))));
+                    }
+                    Err(reason) => reason,
+                }
+            }
+            other => other.rejection().unwrap_or_default(),
+        };
+        self.quarantine_into(pass, &o.dir, &o.name, &reason, agent)?;
+        Ok(None)
+    }
+
+    /// Delivers again a broadcast whose marker a dead consumer left: when its ack was
+    /// written, the consumer may have died before handing it over. When it was not, the
+    /// broadcast is still pending for the agent and the marker is dropped.
+    pub(super) fn redeliver_broadcast(
+        &self,
+        marker: &Path,
+        agent: &str,
+    ) -> Result<Option<Delivery>> {
+        let parsed = match self.io.read_untrusted(marker, MARKER_CAP)? {
+            ReadOutcome::Bytes(bytes, _) => serde_json::from_slice::<Value>(&bytes).ok(),
+            ReadOutcome::Gone => return Ok(None),
+            _ => None,
+        };
+        let Some((file, count)) = parsed.as_ref().and_then(|v| {
+            Some((
+                v.get("name")?.as_str()?.to_string(),
+                v.get("redelivery").and_then(Value::as_u64).unwrap_or(0),
+            ))
+        }) else {
+            tracing::warn!(file = %marker.display(), "dropping an unreadable broadcast marker");
+            self.drop_marker(marker)?;
+            return Ok(None);
+        };
+        if !is_plain_name(&file) {
+            self.drop_marker(marker)?;
+            return Ok(None);
+        }
+        // The broadcast the marker names: the file of that name, in inputs/ or (archived
+        // since) in processed/, whose identity is the marker's (a marker written before
+        // identities were recorded takes the file it names).
+        let marked = parsed
+            .as_ref()
+            .and_then(|v| v.get("id")?.as_str().map(String::from));
+        let mut sig = None;
+        for dir in [&self.layout.inputs, &self.layout.processed] {
+            let p = dir.join(&file);
+            if let ReadOutcome::Bytes(bytes, stamp) = self.read_signal_file(&p)?
+                && let Ok(mut s) = body::read_signal(&bytes, &file, &p)
+            {
+                s.id = identity::identity(&file, &s.fields, &stamp);
+                if marked.as_ref().is_none_or(|m| *m == s.id) {
+                    sig = Some(s);
+                    break;
+                }
+            }
+        }
+        let Some(mut sig) = sig else {
+            tracing::warn!(broadcast = %file, "a broadcast to deliver again is gone; dropping its marker");
+            self.drop_marker(marker)?;
+            return Ok(None);
+        };
+        let acked = Layout::ack_names(agent)
+            .into_iter()
+            .map(|n| self.layout.ack_dir(&sig.id).join(n))
+            .map(|p| self.io.stamp(&p))
+            .collect::<Result<Vec<_>>>()?
+            .iter()
+            .any(Option::is_some);
+        if !acked {
+            self.drop_marker(marker)?;
+            return Ok(None);
+        }
+        let count = u32::try_from(count).unwrap_or(u32::MAX).saturating_add(1);
+        self.write_marker(marker, &file, &sig.id, count)?;
+        sig.fields.extend(Handled::Redelivered(count).fields(agent));
+        Ok(Some(Delivery::redelivered(
+            sig,
+            Held::Marker(marker.to_path_buf()),
+        )))
+    }
+
+    /// Writes a broadcast's marker at `marker`, atomically and durably: the broadcast `file`,
+    /// with identity `id`, is in flight for the slot's handle, delivered `count` times again
+    /// so far.
+    pub(in crate::mailbox) fn write_marker(
+        &self,
+        marker: &Path,
+        file: &str,
+        id: &str,
+        count: u32,
+    ) -> Result<()> {
+        let dir = marker.parent().unwrap_or(&self.layout.claimed);
+        let body = json!({ "name": file, "id": id, "redelivery": count });
+        let mut bytes = serde_json::to_vec(&body).expect("JSON serializes");
+        bytes.push(b'\n');
+        let stage = own::stage_name(dir, "marker");
+        atomic::write_atomic(&self.io, &stage, marker, &bytes, Clobber::Yes)?;
+        Ok(())
+    }
+
+    /// Removes a marker durably: were it to come back after a power loss, its broadcast
+    /// would be delivered again.
+    pub(in crate::mailbox) fn drop_marker(&self, marker: &Path) -> Result<()> {
+        self.io.remove_owned(marker)?;
+        Ok(())
+    }
+}
