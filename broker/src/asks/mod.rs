@@ -458,6 +458,22 @@ impl<'a> Asks<'a> {
         Ok(self.read_request(id)?.map(|(r, _)| r))
     }
 
+    /// The request `id`; an error naming its file and why when there is none or it is not
+    /// valid.
+    pub fn request_checked(&self, id: &str) -> Result<Request> {
+        self.request(id)?.map_err(|r| {
+            let kind = match r {
+                Refusal::InvalidId { .. } => ErrorKind::InvalidName,
+                _ => ErrorKind::InvalidSignal,
+            };
+            let path = match &r {
+                Refusal::InvalidId { .. } => self.dir.clone(),
+                _ => self.request_path(id),
+            };
+            Error::new(kind, Some(&path), r.to_string())
+        })
+    }
+
     /// Reads the outcome of `request` without changing anything: `Ok(None)` when there is
     /// none, `Err(why)` when the file there is not a valid outcome of it.
     fn peek_outcome(
