@@ -251,6 +251,9 @@ pub(crate) struct HookArgs {
     /// Fail (exit 2) on a malformed or unknown event instead of answering nothing.
     #[arg(long)]
     pub(crate) strict: bool,
+    /// How a PermissionRequest is asked of a person (spec/hooks.md).
+    #[command(flatten)]
+    pub(crate) permission: crate::cmd::hook::permission::PermissionArgs,
 }
 
 #[derive(Debug, Subcommand)]
