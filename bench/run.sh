@@ -17,6 +17,7 @@ echo; echo "## Against the field"; ./target/release/field "$dir"
 echo; echo "## Waiting"; ./target/release/wait "$dir"
 echo; echo "## Stream parsers"; ./target/release/streams
 echo; echo "## Coding-agent hooks"; ./target/release/hooks "$dir"
+echo; echo "## Asking a person"; ./target/release/asks "$dir"
 echo; echo "## MCP server"; ./target/release/mcp "$dir"
 echo; echo "## Across hosts (sigbox bridge over NATS JetStream)"; ./target/release/bridge "$dir"
 echo; echo "## The console (sigbox ui)"; ./target/release/console "$dir"

@@ -12,6 +12,8 @@ use pyo3::types::PyDict;
 use sigbox::{ErrorKind, NewSignal, PassControl, Signal, SignalType, Target};
 use sigbox_client::Checkpoint as Inner;
 
+mod asks;
+
 create_exception!(
     _sigbox,
     SigboxError,
@@ -367,6 +369,8 @@ fn _sigbox(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Checkpoint>()?;
     m.add_function(wrap_pyfunction!(send, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(asks::ask, m)?)?;
+    m.add_function(wrap_pyfunction!(asks::answer, m)?)?;
     m.add("SigboxError", py.get_type::<SigboxError>())?;
     m.add("InvalidSignalError", py.get_type::<InvalidSignalError>())?;
     m.add("MailboxError", py.get_type::<MailboxError>())?;

@@ -91,6 +91,7 @@ fn the_python_package_builds_installs_and_passes_its_suite() {
     run(Command::new(&py)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(here().join("tests/test_sigbox.py"))
+        .arg(here().join("tests/test_asks.py"))
         .env("SIGBOX_BIN", sigbox_bin())
         .env_remove("SIGBOX_ROOT")
         .current_dir(tmp.path()));

@@ -29,3 +29,20 @@ def step(root: str) -> List[str]:
         path: Optional[str] = e.path
         out.append(reason + (path or ""))
     return out
+
+
+def approval(root: str) -> Optional[str]:
+    with sigbox.Checkpoint(root, "Executor") as cp:
+        o: sigbox.Outcome = cp.ask(
+            "deploy?", to="alice", choices=["approve", "deny"], timeout=60.0, key="d-1",
+            context={"tool_name": "Bash"},
+        )
+        when: Optional[datetime] = o.answered_at
+        if o.answered and when is not None:
+            return o.choice
+    try:
+        got: sigbox.Outcome = sigbox.answer(root, "Executor.d-1", "approve", "ok", from_="alice")
+        return got.message
+    except sigbox.AnswerRefused as e:
+        kind: str = e.kind
+        return kind + e.reason

@@ -11,6 +11,15 @@ A checkpoint holds the agent's presence while open. What `poll` and `wait` retur
 flight until acknowledged: by `ack()`, by the next `poll`/`wait`, or by leaving the `with`
 block without an exception. A process that dies first gets them again at its next checkpoint,
 marked (`Signal.redelivery > 0`).
+
+An agent that needs a person's yes asks, and a person answers from anywhere (spec/asks.md):
+
+    with sigbox.Checkpoint("signals", "Executor") as cp:
+        outcome = cp.ask("deploy to prod?", timeout=600, key="deploy-42")
+        if outcome.choice == "approve":
+            ...
+
+    sigbox.answer("signals", "Executor.deploy-42", "approve", "go ahead", from_="alice")
 """
 
 from __future__ import annotations
@@ -48,13 +57,16 @@ def _timeout(timeout: Optional[float]) -> Optional[float]:
     return timeout
 
 __all__ = [
+    "AnswerRefused",
     "Checkpoint",
+    "Outcome",
     "InvalidSignalError",
     "Root",
     "MailboxError",
     "Signal",
     "SignalType",
     "SigboxError",
+    "answer",
     "init",
     "send",
 ]
@@ -132,6 +144,7 @@ class Checkpoint:
 
     def __init__(self, root: Root, agent: str, state: Optional[str] = None) -> None:
         self._native = _sigbox.Checkpoint(_root(root), agent, state)
+        self._root, self._agent = _root(root), agent
         # Signals a cancelled `wait_async` claimed after its caller stopped listening: given
         # by the next call, never acknowledged unseen.
         self._held: List[Signal] = []
@@ -200,6 +213,37 @@ class Checkpoint:
             if got or self._held or (deadline is not None and loop.time() >= deadline):
                 return self._take(got)
 
+    def ask(
+        self,
+        message: str,
+        *,
+        to: Optional[str] = None,
+        choices: Optional[List[str]] = None,
+        timeout: Optional[float] = None,
+        key: Optional[str] = None,
+        context: Optional[Dict[str, Any]] = None,
+    ) -> "Outcome":
+        """Asks a person as this agent and blocks, sleeping on filesystem events with the GIL
+        released, until the request's one answer, or its deadline (`timeout` seconds from now;
+        None: none) passes with none: then `Outcome.answered` is False and a later answer is
+        refused. The request is durable before the wait starts. With `key`, the request's id
+        is `<agent>.<key>`: asking again with the same key and question re-attaches to it (no
+        second request) and returns the answer given meanwhile. Ctrl-C raises
+        KeyboardInterrupt within 0.1 s and keeps the request open. `choices` default to
+        approve, deny; `to` says whom it is for (shown, not enforced); `context` is any JSON
+        object (a tool and its input)."""
+        if not self._native.is_open():
+            reason = "the checkpoint is closed"
+            e = MailboxError(reason)
+            e.reason, e.path = reason, None
+            raise e
+        ctx = None if context is None else json.dumps(context)
+        got = _sigbox.ask(
+            self._root, self._agent, message, to,
+            None if choices is None else list(choices), _timeout(timeout), key, ctx,
+        )
+        return Outcome._of(got)
+
     def ack(self) -> int:
         """Acknowledges what was delivered: never given again, also after a crash. Signals
         held for the next call (a cancelled `wait_async`) are not acknowledged before that
@@ -212,6 +256,80 @@ class Checkpoint:
         """Releases the presence (acknowledging what was delivered first, unless `ack` is
         false). A closed checkpoint raises MailboxError."""
         self._native.close(ack)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a request ended: its one answer, or its deadline passed with none."""
+
+    id: str
+    """The request's id (`<agent>.<key>`): what `sigbox asks` lists and `answer` takes."""
+    answered: bool
+    """True for an answer; False when the deadline passed with no answer (the request is
+    recorded expired, and every later answer is refused)."""
+    choice: Optional[str]
+    """The choice the person made, one of those offered; None with no answer."""
+    message: Optional[str]
+    """What the person said with it, or None."""
+    answered_by: Optional[str]
+    answered_at: Optional[datetime]
+    asked_at: datetime
+    deadline: Optional[datetime]
+    expired_at: Optional[datetime]
+    """When the expiry was recorded, for a request that got no answer."""
+    attached: bool
+    """True when this ask found the request already asked under its key (a re-attach)."""
+
+    @classmethod
+    def _of(cls, d: dict) -> "Outcome":
+        asked_at = _datetime(d["asked_at"])
+        assert asked_at is not None
+        return cls(
+            id=d["id"],
+            answered=d["status"] == "answered",
+            choice=d["choice"],
+            message=d["message"],
+            answered_by=d["answered_by"],
+            answered_at=_datetime(d["answered_at"]),
+            asked_at=asked_at,
+            deadline=_datetime(d["deadline"]),
+            expired_at=_datetime(d["expired_at"]),
+            attached=d["attached"],
+        )
+
+
+class AnswerRefused(SigboxError):
+    """An answer that was not taken: `reason` says why in one line (who answered first, with
+    what and when; the deadline it missed; the choices offered; no such request), `kind` is
+    one of "answered", "expired", "not_offered", "unknown", "invalid_id", "invalid_request",
+    "invalid_name", and `id` the request's id."""
+
+    kind: str
+    id: str
+
+
+def answer(
+    root: Root,
+    id: str,
+    choice: str,
+    message: Optional[str] = None,
+    *,
+    from_: Optional[str] = None,
+) -> Outcome:
+    """Answers the request `id` with `choice` (and `message`), as `from_` (default: $USER, else
+    "person"). Returns the outcome, durable before this returns: this is the one answer.
+    Raises AnswerRefused naming the reason for a second or late answer, an unknown id, or a
+    choice not offered."""
+    by = from_
+    if by is None:
+        user = os.environ.get("USER", "")
+        by = user if user.strip() and user.isprintable() and len(user.encode()) <= 128 else "person"
+    got = _sigbox.answer(_root(root), id, choice, message, by)
+    if got["refused"] is not None:
+        e = AnswerRefused(got["refused"])
+        e.reason, e.path, e.kind, e.id = got["refused"], None, got["kind"], got["id"]
+        raise e
+    return Outcome._of(got)
 
 
 def send(

@@ -26,3 +26,16 @@ def send(
     iteration: Optional[int] = ...,
 ) -> str: ...
 def init(root: str) -> None: ...
+def ask(
+    root: str,
+    agent: str,
+    message: str,
+    to: Optional[str] = ...,
+    choices: Optional[List[str]] = ...,
+    timeout: Optional[float] = ...,
+    key: Optional[str] = ...,
+    context: Optional[str] = ...,
+) -> Dict[str, Any]: ...
+def answer(
+    root: str, id: str, choice: str, message: Optional[str], by: str
+) -> Dict[str, Any]: ...

@@ -12,6 +12,8 @@ use sigbox_client::Checkpoint;
 
 use crate::cli::{HookArgs, Runtime};
 
+pub(crate) mod permission;
+
 /// The most of an event read from stdin: a tool's whole output can ride in a PostToolUse.
 const MAX_EVENT: u64 = 16 << 20;
 
@@ -372,16 +374,8 @@ fn carries(runtime: Runtime, event: Event) -> bool {
     !(runtime == Runtime::Copilot && event == Event::UserPrompt)
 }
 
-/// Reads the event from stdin: the runtime that sent it and the event. `Err` says why it is
-/// not one sigbox answers.
-///
-/// The runtime is the one named on the command line, except for a payload with a `timestamp`
-/// (Claude Code and Codex send none; Copilot sends one in both of its formats) and none of the
-/// fields only they send (`permission_mode`; Codex's `turn_id` and `model`): Copilot CLI runs
-/// the hooks of a project's `.claude/settings.json` too, with its own payload, and reads only
-/// its own answer fields, so such an event is answered in Copilot's envelope whichever file its
-/// hook came from.
-fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<(Runtime, Event), String> {
+/// The event on stdin: one JSON object of at most [`MAX_EVENT`] bytes.
+fn read_json() -> Result<Value, String> {
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
@@ -396,6 +390,23 @@ fn read_event(runtime: Runtime, forced: Option<&str>) -> Result<(Runtime, Event)
     if !v.is_object() {
         return Err("the event on stdin is not a JSON object".into());
     }
+    Ok(v)
+}
+
+/// Reads the event `v`: the runtime that sent it and the event. `Err` says why it is
+/// not one sigbox answers.
+///
+/// The runtime is the one named on the command line, except for a payload with a `timestamp`
+/// (Claude Code and Codex send none; Copilot sends one in both of its formats) and none of the
+/// fields only they send (`permission_mode`; Codex's `turn_id` and `model`): Copilot CLI runs
+/// the hooks of a project's `.claude/settings.json` too, with its own payload, and reads only
+/// its own answer fields, so such an event is answered in Copilot's envelope whichever file its
+/// hook came from.
+fn read_event(
+    runtime: Runtime,
+    forced: Option<&str>,
+    v: &Value,
+) -> Result<(Runtime, Event), String> {
     let theirs = ["permission_mode", "turn_id", "model"]
         .iter()
         .any(|k| v.get(k).is_some());
@@ -435,7 +446,14 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::SUCCESS)
     };
-    let (runtime, event) = match read_event(args.runtime, args.event.as_deref()) {
+    let v = match read_json() {
+        Ok(v) => v,
+        Err(why) => return quiet_fail(why),
+    };
+    if let Some(runtime) = permission::wants(args.runtime, args.event.as_deref(), &v) {
+        return Ok(permission::run(root, args, runtime, &v));
+    }
+    let (runtime, event) = match read_event(args.runtime, args.event.as_deref(), &v) {
         Ok(e) => e,
         Err(why) => return quiet_fail(why),
     };
