@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use sigbox::Mailbox;
 use sigbox::asks::{AskState, Asks, Outcome, Refusal, Status, instant};
 
-use crate::app::Shared;
+use crate::app::{Root, Shared};
 use crate::routes::{blocking, json_body, reply};
 use crate::state::{path_text, shorten};
 use crate::{auth, ids, send};
@@ -24,10 +24,22 @@ const CLOSED_SHOWN: usize = 30;
 /// Who answers through the console when the request does not say (`"from"`).
 pub(crate) const DEFAULT_ANSWERER: &str = "console";
 
-/// The `asks` section of a root: `{"open", "open_total", "closed", "closed_total",
-/// "invalid"}`. Reads only, as `sigbox asks --all` does: a request past its deadline with no
-/// outcome is shown expired, and nothing is written.
-pub(crate) fn section(mb: &Mailbox) -> sigbox::Result<Value> {
+/// The `asks` section of a root: `{"error", "open", "open_total", "closed", "closed_total",
+/// "invalid"}`, read through a fresh handle ([`Root::fresh`]). Reads only, as `sigbox asks
+/// --all` does: a request past its deadline with no outcome is shown expired, and nothing is
+/// written. When the requests cannot be read (a link in place of `asks/`), `error` says why,
+/// in `sigbox asks`'s words, and the rest of the root is shown all the same.
+pub(crate) fn section(root: &Root) -> Value {
+    match root.fresh().and_then(|mb| listed(&mb)) {
+        Ok(v) => v,
+        Err(e) => json!({
+            "error": send::library_refusal(&e), "open_total": 0, "open": [],
+            "closed_total": 0, "closed": [], "invalid": [],
+        }),
+    }
+}
+
+fn listed(mb: &Mailbox) -> sigbox::Result<Value> {
     let listing = Asks::new(mb).list()?;
     let now = Utc::now();
     let (open, mut closed): (Vec<&AskState>, Vec<&AskState>) = listing
@@ -36,6 +48,7 @@ pub(crate) fn section(mb: &Mailbox) -> sigbox::Result<Value> {
         .partition(|s| s.status(now) == Status::Open);
     closed.sort_by_key(|s| std::cmp::Reverse(closed_at(s)));
     Ok(json!({
+        "error": null,
         "open_total": open.len(),
         "open": open.iter().take(OPEN_SHOWN).map(|s| open_view(s)).collect::<Vec<_>>(),
         "closed_total": closed.len(),
@@ -220,10 +233,12 @@ pub(crate) async fn post_answer(
             ),
         );
     };
-    let mb = root.mb.clone();
+    let (path, opts) = (root.path.clone(), root.opts.clone());
     let index = req.root;
     let asked = id.clone();
+    // A fresh handle, as `sigbox answer` opens one (see `Root::fresh`).
     let answered = blocking(move || {
+        let mb = opts.open(&path)?;
         Asks::new(&mb).answer(&id, &req.choice, req.message.as_deref(), &req.from)
     })
     .await;

@@ -105,6 +105,7 @@ fn run() -> anyhow::Result<()> {
         roots.push(Root {
             path: p.clone(),
             mb: Arc::new(mb),
+            opts: opts.clone(),
         });
     }
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -56,7 +56,7 @@ fn root_view(index: usize, r: &Root) -> sigbox::Result<Value> {
         "quarantine": quarantine(mb, &r.path)?,
         "bridge": bridge(mb)?,
         "timeline": timeline(mb, &pending)?,
-        "asks": crate::asks::section(mb)?,
+        "asks": crate::asks::section(r),
     }))
 }
 

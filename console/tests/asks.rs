@@ -434,3 +434,63 @@ fn a_file_in_a_new_directory_is_told_even_before_its_watch() {
         }
     }
 }
+
+/// `asks/` moved away and made again, or a link planted in its place, while the console runs:
+/// it reads and answers the requests at `asks/` now, as `sigbox answer` does, never the
+/// directory that was there before, wherever it went.
+#[test]
+fn a_replaced_or_linked_asks_directory_is_not_followed() {
+    let (d, root) = mailbox();
+    let ui = Ui::start(&[&root], &[]);
+    let first = ask_open(&root, "Executor", &["--key", "k1", "first?"]);
+    // The console has read and answered there: whatever it keeps, it has kept.
+    assert_eq!(open_ids(&ui), [first.as_str()]);
+    assert_eq!(answer(&ui, &first, &json!({"choice": "maybe"})).status, 400);
+    // Moved away, and made again by the next request.
+    let away = d.path().join("away");
+    std::fs::create_dir(&away).unwrap();
+    std::fs::rename(root.join("asks"), away.join("asks")).unwrap();
+    let second = ask_open(&root, "Executor", &["--key", "k2", "second?"]);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(open_ids(&ui), [second.as_str()], "the asks/ there now");
+    let r = answer(&ui, &second, &json!({"choice": "approve"}));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        root.join("asks")
+            .join(format!("{second}.outcome.json"))
+            .exists()
+    );
+    let r = answer(&ui, &first, &json!({"choice": "approve"}));
+    assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(
+        common::names(&away.join("asks")),
+        [format!("{first}.request.json")],
+        "nothing written in the directory moved away"
+    );
+    // A link in its place, to a directory holding an open request: refused, as the CLI
+    // refuses it, and nothing written through it.
+    std::fs::remove_dir_all(root.join("asks")).unwrap();
+    std::os::unix::fs::symlink(away.join("asks"), root.join("asks")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let want = {
+        let out = sigbox(&root, &["answer", &first, "approve"]);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let r = answer(&ui, &first, &json!({"choice": "approve"}));
+    assert!(r.status >= 400, "{r:?}");
+    let error = r.json()["error"].as_str().unwrap().to_string();
+    assert!(error.contains("symlink"), "{error}");
+    assert_eq!(format!("sigbox: {error}"), want.trim());
+    assert_eq!(
+        common::names(&away.join("asks")),
+        [format!("{first}.request.json")],
+        "nothing written through the link"
+    );
+    let a = asks_state(&ui);
+    assert!(
+        a["error"].as_str().unwrap().contains("symlink"),
+        "the state says why: {a}"
+    );
+    assert_eq!(a["open"], json!([]));
+}

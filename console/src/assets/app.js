@@ -183,7 +183,13 @@
     want.forEach((li, i) => {
       if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null);
     });
-    if (!want.length) list.append(empty('no request waits'));
+    if (asks.error) {
+      list.append(el('li', { class: 'problem' },
+        el('div', { class: 'line' }, el('span', { class: 'tag' }, 'cannot read the requests')),
+        el('div', { class: 'reason' }, asks.error)));
+    } else if (!want.length) {
+      list.append(empty('no request waits'));
+    }
     fill($('asks-closed'), asks.closed.length ? asks.closed.map(closedItem) :
       [empty('none yet')]);
     const bad = $('asks-invalid');
