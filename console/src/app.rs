@@ -23,10 +23,10 @@ pub(crate) struct Root {
 impl Root {
     /// A new handle on the root, opened as `sigbox` opens it at every command. A handle keeps
     /// the descriptors of the directories it has used and looks again at them only in a
-    /// checkpoint pass, which the console never runs: so requests are read and answered
-    /// through a fresh one, which refuses a link planted in place of `asks/` and sees an
-    /// `asks/` made again, where the kept one would still read and write the directory that
-    /// was there before, wherever it was moved.
+    /// checkpoint pass, which the console never runs: so signals are sent, and requests read
+    /// and answered, through a fresh one, which refuses a link planted in place of a
+    /// directory and sees one made again, where the kept one would still read and write the
+    /// directory that was there before, wherever it was moved.
     pub(crate) fn fresh(&self) -> sigbox::Result<sigbox::Mailbox> {
         self.opts.open(&self.path)
     }

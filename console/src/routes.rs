@@ -126,9 +126,11 @@ async fn post_send(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> 
             ),
         );
     };
-    let mb = root.mb.clone();
+    let (path, opts) = (root.path.clone(), root.opts.clone());
     let index = req.root;
-    match blocking(move || mb.send(&req.signal)).await {
+    // A fresh handle, as `sigbox send` opens one (see `Root::fresh`): a signal goes to the
+    // `inputs/` there now, never to one moved away.
+    match blocking(move || opts.open(&path).and_then(|mb| mb.send(&req.signal))).await {
         Ok(Ok(id)) => reply(StatusCode::OK, &json!({"id": id, "root": index})),
         Ok(Err(e)) => {
             let status = if e.kind() == sigbox::ErrorKind::Io {
