@@ -110,12 +110,36 @@ fn an_answer_through_the_api_wakes_a_blocked_ask() {
     });
     let a = asks_state(&ui);
     let open = &a["open"][0];
+    assert_eq!(open["id"], "Executor.deploy-42");
     assert_eq!(open["from"], "Executor");
     assert_eq!(open["to"], "alice");
     assert_eq!(open["message"], "deploy to prod?");
     assert_eq!(open["choices"], json!(["approve", "deny"]));
     assert!(open["deadline_ms"].as_i64().unwrap() > open["asked_ms"].as_i64().unwrap());
     assert!(asker.try_wait().unwrap().is_none(), "the asker waits");
+    // A request written by hand (as a hook writes one, with its context), its message over
+    // the cut: shown, the context as text, the message cut.
+    let long = "y".repeat(5000);
+    let hand = json!({"kind": "sigbox.ask", "id": "Reviewer.hand", "from": "Reviewer",
+        "to": null, "message": long, "choices": ["allow", "deny"],
+        "asked_at": "2026-01-01T00:00:00.000000Z", "deadline": null, "key": "hand",
+        "context": {"tool_name": "Bash", "tool_input": {"command": "rm -rf <b>/</b>"}}});
+    std::fs::write(
+        root.join("asks").join("Reviewer.hand.request.json"),
+        format!("{hand}\n"),
+    )
+    .unwrap();
+    let a = asks_state(&ui);
+    assert_eq!(a["open_total"], 2, "{a}");
+    let hand = &a["open"][0];
+    assert_eq!(hand["id"], "Reviewer.hand", "oldest first");
+    let context = hand["context"].as_str().unwrap();
+    assert!(
+        context.contains("\"tool_name\": \"Bash\"") && context.contains("rm -rf <b>/</b>"),
+        "{context}"
+    );
+    assert_eq!(hand["message"].as_str().unwrap().chars().count(), 2001);
+    assert!(hand["message"].as_str().unwrap().ends_with('…'));
 
     let r = answer(
         &ui,
@@ -150,7 +174,8 @@ fn an_answer_through_the_api_wakes_a_blocked_ask() {
 
     // The state now shows it answered, with who, and how long it took.
     let a = asks_state(&ui);
-    assert_eq!(a["open"], json!([]));
+    assert_eq!(a["open_total"], 1);
+    assert_eq!(a["open"][0]["id"], "Reviewer.hand");
     let closed = &a["closed"][0];
     assert_eq!(closed["status"], "answered");
     assert_eq!(closed["choice"], "approve");

@@ -450,6 +450,37 @@ fn the_page_in_a_real_browser() {
                  li.textContent.includes('by alice'), window.__pwned === undefined]"
     ));
     assert_eq!(shown, json!([said, 0, true, true]));
+    // A deadline passing with no one to record the expiry (no event): the countdown reaches
+    // it and the page reads the state again, which shows it expired.
+    let soon = String::from_utf8(
+        sigbox(
+            &root,
+            &[
+                "ask",
+                "--as",
+                "Planner",
+                "--no-wait",
+                "--timeout",
+                "3s",
+                "quick?",
+            ],
+        )
+        .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    d.until(
+        "the short request",
+        &format!("return !!document.querySelector('#asks li[data-ask=\"{soon}\"]')"),
+    );
+    d.until(
+        "the short request expired",
+        &format!(
+            "return !document.querySelector('#asks li[data-ask=\"{soon}\"]') && \
+             !!document.querySelector('#asks-closed li[data-ask=\"{soon}\"] .st-expired')"
+        ),
+    );
     // One left open for the screenshots.
     let mut ask_left = vec!["ask", "--as", "Reviewer", "--no-wait", "--timeout", "45m"];
     ask_left.extend(["--choices", "approve,deny,later"]);
