@@ -16,6 +16,20 @@ pub(crate) struct Root {
     pub(crate) path: PathBuf,
     /// Its handle.
     pub(crate) mb: Arc<sigbox::Mailbox>,
+    /// The options it was opened with, for [`Root::fresh`].
+    pub(crate) opts: sigbox::MailboxOptions,
+}
+
+impl Root {
+    /// A new handle on the root, opened as `sigbox` opens it at every command. A handle keeps
+    /// the descriptors of the directories it has used and looks again at them only in a
+    /// checkpoint pass, which the console never runs: so signals are sent, and requests read
+    /// and answered, through a fresh one, which refuses a link planted in place of a
+    /// directory and sees one made again, where the kept one would still read and write the
+    /// directory that was there before, wherever it was moved.
+    pub(crate) fn fresh(&self) -> sigbox::Result<sigbox::Mailbox> {
+        self.opts.open(&self.path)
+    }
 }
 
 /// The console's shared state.

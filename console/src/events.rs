@@ -10,11 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind, RenameMode};
+use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind, RenameMode};
 use notify::{RecursiveMode, Watcher};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+/// How long after a new directory appears its contents are looked at again (a `rescan`).
+const NEW_DIR_SETTLE: Duration = Duration::from_millis(300);
 /// How often presence is looked at.
 const PRESENCE_EVERY: Duration = Duration::from_secs(1);
 
@@ -83,7 +85,12 @@ pub(crate) fn watch(
         let base = dir.clone();
         let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
             let changes = match ev {
-                Ok(ev) => changes_of(i, &base, &ev),
+                Ok(ev) => {
+                    if ev.kind == EventKind::Create(CreateKind::Folder) {
+                        rescan_new_dir(i, &base, &ev, &tx);
+                    }
+                    changes_of(i, &base, &ev)
+                }
                 Err(_) => vec![change(i, "rescan", String::new(), None, None)],
             };
             for c in changes {
@@ -102,6 +109,26 @@ pub(crate) fn watch(
     Ok(Watches {
         _watchers: watchers,
     })
+}
+
+/// A directory made under a root (the first `ask` makes `asks/`) is watched only once its
+/// creation has been read: a file written into it before that (the first request) makes no
+/// event. So, a moment later, once the watch is in place, a `rescan` names the directory: what
+/// came before the watch is read with the state, what comes after makes its own events.
+fn rescan_new_dir(root: usize, base: &Path, ev: &notify::Event, tx: &broadcast::Sender<Change>) {
+    let dirs: Vec<String> = ev.paths.iter().filter_map(|p| shown(base, p)).collect();
+    if dirs.is_empty() {
+        return;
+    }
+    let tx = tx.clone();
+    let _ = std::thread::Builder::new()
+        .name("new-dir".into())
+        .spawn(move || {
+            std::thread::sleep(NEW_DIR_SETTLE);
+            for d in dirs {
+                let _ = tx.send(change(root, "rescan", d, None, None));
+            }
+        });
 }
 
 /// The changes one filesystem event makes, without the console's own reads (opens and

@@ -1,6 +1,7 @@
-//! Ids that come in a request's path (`/api/signals/<id>`, and the requests' answers to come):
-//! checked before anything else, and then only compared with the ids the library lists, never
-//! joined to a path.
+//! Ids that come in a request's path (`/api/signals/<id>`, `/api/asks/<id>/answer`): checked
+//! before anything else. A signal's is then only compared with the ids the library lists; a
+//! request's goes to the library's `answer`, which checks it again by the rule of ids
+//! (spec/asks.md §2) before it makes a file name of it. Neither is joined to a path here.
 
 /// The longest id taken (a file name's length).
 const MAX_ID: usize = 255;

@@ -1,11 +1,12 @@
 //! `sigbox-ui`: the console, one live page for a person beside their agents (spec/console.md).
 //! Serves every `--root` as a web page and a small JSON API: what waits for whom, broadcasts
-//! and their acks, the quarantine, the bridge, a drawn timeline; and sending STEER, INFO,
-//! PAUSE, RESUME and ABORT.
+//! and their acks, the quarantine, the bridge, open approval requests, a drawn timeline; and
+//! sending STEER, INFO, PAUSE, RESUME and ABORT, and answering requests.
 //!
 //! | module | owns |
 //! |---|---|
 //! | `app` | the state every handler shares |
+//! | `asks` | approval requests: the state's `asks`, answering them |
 //! | `auth` | the token, `Host`, `Origin`, the security headers |
 //! | `events` | filesystem events and presence as changes |
 //! | `ids` | ids in a request's path |
@@ -14,6 +15,7 @@
 //! | `routes` | the routes, the page's files |
 
 mod app;
+mod asks;
 mod auth;
 mod events;
 mod ids;
@@ -103,6 +105,7 @@ fn run() -> anyhow::Result<()> {
         roots.push(Root {
             path: p.clone(),
             mb: Arc::new(mb),
+            opts: opts.clone(),
         });
     }
     let rt = tokio::runtime::Builder::new_multi_thread()

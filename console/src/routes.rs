@@ -16,7 +16,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::app::Shared;
-use crate::{auth, events, ids, send, state};
+use crate::{asks, auth, events, ids, send, state};
 
 /// The largest request body taken: a message up to the file cap, and its JSON escapes.
 const MAX_BODY: usize = 4 << 20;
@@ -48,6 +48,7 @@ pub(crate) fn router(c: Shared) -> Router {
         .route("/api/send", post(post_send))
         .route("/api/events", get(get_events))
         .route("/api/signals/{id}", get(get_signal))
+        .route("/api/asks/{id}/answer", post(asks::post_answer))
         .fallback(|| async { auth::refusal(StatusCode::NOT_FOUND, "no such page") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn_with_state(c.clone(), auth::guard))
@@ -62,7 +63,7 @@ async fn asset(body: &'static str, kind: &'static str) -> Response {
 }
 
 /// JSON with a status.
-fn reply(status: StatusCode, v: &Value) -> Response {
+pub(crate) fn reply(status: StatusCode, v: &Value) -> Response {
     let mut resp = (status, v.to_string()).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -72,7 +73,7 @@ fn reply(status: StatusCode, v: &Value) -> Response {
 }
 
 /// Runs blocking mailbox work on tokio's blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Response> {
     tokio::task::spawn_blocking(f).await.map_err(|e| {
@@ -91,12 +92,17 @@ async fn get_state(State(c): State<Shared>) -> Response {
     }
 }
 
-async fn post_send(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let json_body = headers
+/// True when the request says its body is JSON (`Content-Type: application/json`, with or
+/// without parameters): what a form of another site cannot send without a preflight.
+pub(crate) fn json_body(headers: &HeaderMap) -> bool {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(';').next().unwrap_or("").trim() == "application/json");
-    if !json_body {
+        .is_some_and(|v| v.split(';').next().unwrap_or("").trim() == "application/json")
+}
+
+async fn post_send(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    if !json_body(&headers) {
         return auth::refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "a send is a JSON object: Content-Type: application/json",
@@ -120,9 +126,11 @@ async fn post_send(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> 
             ),
         );
     };
-    let mb = root.mb.clone();
+    let (path, opts) = (root.path.clone(), root.opts.clone());
     let index = req.root;
-    match blocking(move || mb.send(&req.signal)).await {
+    // A fresh handle, as `sigbox send` opens one (see `Root::fresh`): a signal goes to the
+    // `inputs/` there now, never to one moved away.
+    match blocking(move || opts.open(&path).and_then(|mb| mb.send(&req.signal))).await {
         Ok(Ok(id)) => reply(StatusCode::OK, &json!({"id": id, "root": index})),
         Ok(Err(e)) => {
             let status = if e.kind() == sigbox::ErrorKind::Io {

@@ -36,7 +36,7 @@ pub(crate) fn snapshot(roots: &[Root], last_seq: u64) -> Value {
     })
 }
 
-/// One root: agents, pending, broadcasts, problems, quarantine, bridge, timeline.
+/// One root: agents, pending, broadcasts, problems, quarantine, bridge, timeline, requests.
 fn root_view(index: usize, r: &Root) -> sigbox::Result<Value> {
     let mb = &r.mb;
     let pending = mb.pending()?;
@@ -56,6 +56,7 @@ fn root_view(index: usize, r: &Root) -> sigbox::Result<Value> {
         "quarantine": quarantine(mb, &r.path)?,
         "bridge": bridge(mb)?,
         "timeline": timeline(mb, &pending)?,
+        "asks": crate::asks::section(r),
     }))
 }
 
@@ -295,7 +296,8 @@ fn target_json(t: &Target) -> Value {
     }
 }
 
-fn shorten(m: &str) -> String {
+/// `m` cut at [`MESSAGE_SHOWN`] characters (`…` where it is cut).
+pub(crate) fn shorten(m: &str) -> String {
     match m.char_indices().nth(MESSAGE_SHOWN) {
         Some((at, _)) => format!("{}…", &m[..at]),
         None => m.to_string(),

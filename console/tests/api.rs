@@ -598,3 +598,22 @@ fn sigbox_ui_serves_every_root_it_is_given() {
         "SIGBOX_ROOT when no --root is given"
     );
 }
+
+/// `inputs/` moved away and made again while the console runs: a send goes to the `inputs/`
+/// there now, as `sigbox send`'s does, never to the directory moved away.
+#[test]
+fn a_send_goes_to_the_inputs_there_now() {
+    let (d, root) = mailbox();
+    let ui = Ui::start(&[&root], &[]);
+    assert_eq!(ui.send(r#"{"type":"info","message":"one"}"#).status, 200);
+    let away = d.path().join("away");
+    std::fs::create_dir(&away).unwrap();
+    std::fs::rename(root.join("inputs"), away.join("inputs")).unwrap();
+    std::fs::create_dir(root.join("inputs")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = ui.send(r#"{"type":"info","message":"two"}"#);
+    assert_eq!(r.status, 200, "{r:?}");
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(names(&root.join("inputs")), [format!("{id}.json")]);
+    assert_eq!(names(&away.join("inputs")).len(), 1, "only the first");
+}

@@ -1,7 +1,9 @@
 //! The console in a real browser: headless Chromium (Debian's `chromium` and
 //! `chromium-driver`), driven through WebDriver's HTTP API by the small client of
 //! `common`. The page loads with its token, shows a signal sent with the CLI without a
-//! reload, sends a PAUSE by a click, and shows a hostile message as text that never runs.
+//! reload, sends a PAUSE by a click, answers a request asked with the CLI by a click (the
+//! blocked `sigbox ask` wakes with the choice and the message typed), and shows hostile
+//! messages as text that never runs.
 //! Screenshots (desktop and phone widths) are saved in the test's temporary directory, and in
 //! `$SIGBOX_SCREENSHOTS` when set (`docs/` keeps the README's). Without Chromium or its
 //! driver the test says what it skipped and passes: it installs nothing (`.ci/run` does).
@@ -128,19 +130,33 @@ impl Driver {
         }
     }
 
-    fn click(&self, css: &str) {
+    /// The WebDriver id of the element `css` selects.
+    fn element(&self, css: &str) -> String {
         let e = self.session(
             "POST",
             "/element",
             Some(json!({"using": "css selector", "value": css})),
         );
-        let id = e
-            .as_object()
+        e.as_object()
             .and_then(|o| o.values().next())
             .and_then(Value::as_str)
             .expect("the element")
-            .to_string();
+            .to_string()
+    }
+
+    fn click(&self, css: &str) {
+        let id = self.element(css);
         self.session("POST", &format!("/element/{id}/click"), None);
+    }
+
+    /// Types `text` into the element `css` selects, key by key.
+    fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css);
+        self.session(
+            "POST",
+            &format!("/element/{id}/value"),
+            Some(json!({"text": text})),
+        );
     }
 
     fn screenshot(&self, to: &Path) {
@@ -322,6 +338,158 @@ fn the_page_in_a_real_browser() {
         "return [...document.querySelectorAll('#pending li .type')].some(e => e.textContent === 'PAUSE' && e.parentNode.textContent.includes('Executor'))",
     );
     assert_eq!(d.run("return window.__pwned === undefined"), json!(true));
+
+    // A request asked with the CLI appears without a reload, its hostile text as text.
+    let question = "deploy <img src=x onerror=\"window.__pwned=3\"> to prod?";
+    let mut asker = Command::new(common::sigbox_bin())
+        .arg("--root")
+        .arg(&root)
+        .args([
+            "ask",
+            "--as",
+            "Executor",
+            "--key",
+            "deploy-42",
+            "--to",
+            "alice",
+            "--timeout",
+            "600s",
+            question,
+        ])
+        .env("SIGBOX_DURABILITY", "relaxed")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ask = "#asks li[data-ask=\"Executor.deploy-42\"]";
+    d.until(
+        "the CLI's request on the page",
+        &format!("return !!document.querySelector('{ask}')"),
+    );
+    let shown = d.run(&format!(
+        "const li = document.querySelector('{ask}'); \
+         return [li.querySelector('.message').textContent, li.querySelectorAll('img,script').length, \
+                 [...li.querySelectorAll('button[data-choice]')].map(b => b.textContent), \
+                 li.querySelector('.deadline').textContent.startsWith('deadline in'), \
+                 window.__sameLoad, window.__pwned === undefined]"
+    ));
+    assert_eq!(
+        shown,
+        json!([question, 0, ["approve", "deny"], true, 42, true]),
+        "the request shown as text, with its choices and its deadline, no reload"
+    );
+    // One answered from the CLI leaves the open list, shown answered.
+    let other = String::from_utf8(
+        sigbox(
+            &root,
+            &[
+                "ask",
+                "--as",
+                "Planner",
+                "--no-wait",
+                "split the migration?",
+            ],
+        )
+        .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    d.until(
+        "the second request",
+        &format!("return !!document.querySelector('#asks li[data-ask=\"{other}\"]')"),
+    );
+    let out = sigbox(&root, &["answer", &other, "deny", "--from", "bob"]);
+    assert!(out.status.success(), "{out:?}");
+    d.until(
+        "the CLI's answer on the page",
+        &format!(
+            "return !document.querySelector('#asks li[data-ask=\"{other}\"]') && \
+             !!document.querySelector('#asks-closed li[data-ask=\"{other}\"]')"
+        ),
+    );
+    // Answered by a click, with a message typed (hostile too): the blocked ask wakes with them.
+    let said = "ship it <script>window.__pwned=4</script>";
+    d.type_into("#answer-as", "alice");
+    d.type_into(&format!("{ask} textarea"), said);
+    // What is typed survives the page's refreshes (a change meanwhile redraws the state).
+    let meanwhile = send_cli(&root, &["info", "meanwhile", "--target", "Planner"]);
+    d.until(
+        "a change while typing",
+        &format!("return !!document.querySelector('#pending li[data-id=\"{meanwhile}\"]')"),
+    );
+    assert_eq!(
+        d.run(&format!(
+            "return document.querySelector('{ask} textarea').value"
+        )),
+        json!(said),
+        "the typed message was kept"
+    );
+    d.click(&format!("{ask} button[data-choice=\"approve\"]"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while asker.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the ask was not answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = asker.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "approve");
+    let told = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        told.contains("by alice") && told.contains(said),
+        "the asker got the message: {told}"
+    );
+    let closed = "#asks-closed li[data-ask=\"Executor.deploy-42\"]";
+    d.until(
+        "the answer on the page",
+        &format!("return !!document.querySelector('{closed}') && !document.querySelector('{ask}')"),
+    );
+    let shown = d.run(&format!(
+        "const li = document.querySelector('{closed}'); \
+         return [li.querySelector('.said').textContent, li.querySelectorAll('img,script').length, \
+                 li.textContent.includes('by alice'), window.__pwned === undefined]"
+    ));
+    assert_eq!(shown, json!([said, 0, true, true]));
+    // A deadline passing with no one to record the expiry (no event): the countdown reaches
+    // it and the page reads the state again, which shows it expired.
+    let soon = String::from_utf8(
+        sigbox(
+            &root,
+            &[
+                "ask",
+                "--as",
+                "Planner",
+                "--no-wait",
+                "--timeout",
+                "3s",
+                "quick?",
+            ],
+        )
+        .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    d.until(
+        "the short request",
+        &format!("return !!document.querySelector('#asks li[data-ask=\"{soon}\"]')"),
+    );
+    d.until(
+        "the short request expired",
+        &format!(
+            "return !document.querySelector('#asks li[data-ask=\"{soon}\"]') && \
+             !!document.querySelector('#asks-closed li[data-ask=\"{soon}\"] .st-expired')"
+        ),
+    );
+    // One left open for the screenshots.
+    let mut ask_left = vec!["ask", "--as", "Reviewer", "--no-wait", "--timeout", "45m"];
+    ask_left.extend(["--choices", "approve,deny,later"]);
+    ask_left.push("merge PR 1432 with two failing flaky tests?");
+    assert!(sigbox(&root, &ask_left).status.success());
+    d.until(
+        "the request left open",
+        "return document.querySelectorAll('#asks li[data-ask]').length === 1",
+    );
 
     // Screenshots: desktop, then a phone's width.
     let shots = std::env::var_os("SIGBOX_SCREENSHOTS")

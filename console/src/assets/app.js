@@ -1,4 +1,5 @@
-// The console's page: reads /api/state, listens to /api/events, sends with /api/send.
+// The console's page: reads /api/state, listens to /api/events, sends with /api/send,
+// answers requests with /api/asks/<id>/answer.
 // Every text that comes from the mailbox is put in the page as text (textContent, text
 // nodes), never as HTML.
 'use strict';
@@ -79,6 +80,7 @@
       showError(r.root + ': ' + r.error);
       return;
     }
+    renderAsks(r);
     renderAgents(r);
     renderPending(r);
     renderBroadcasts(r);
@@ -87,6 +89,144 @@
     renderQuarantine(r);
     renderBridge(r);
     window.sigboxTimeline.draw($('timeline'), r.timeline, Date.now());
+  }
+
+  // An open request's item is kept from one state to the next (a request never changes):
+  // what a person types in its message box, and the focus, survive every refresh.
+  const askItems = new Map();
+
+  function duration(ms) {
+    const s = Math.max(0, Math.floor(ms / 1000));
+    if (s < 60) return s + 's';
+    if (s < 3600) return Math.floor(s / 60) + 'm ' + (s % 60) + 's';
+    if (s < 86400) return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+    return Math.floor(s / 86400) + 'd ' + Math.floor((s % 86400) / 3600) + 'h';
+  }
+
+  function countdown(node) {
+    const d = node.dataset.deadlineMs;
+    if (!d) {
+      node.textContent = 'no deadline';
+      return;
+    }
+    const left = Number(d) - Date.now();
+    node.className = 'deadline' + (left <= 0 ? ' passed' : left < 60000 ? ' soon' : '');
+    node.textContent = left <= 0 ? 'deadline passed' : 'deadline in ' + duration(left);
+    if (left <= 0 && !node.dataset.refreshed) {
+      node.dataset.refreshed = '1';
+      schedule();
+    }
+  }
+
+  function askItem(a) {
+    const box = el('textarea', {
+      class: 'ask-message', rows: 1, placeholder: 'message with the answer (optional)',
+      'aria-label': 'message with the answer',
+    });
+    const result = el('output', { class: 'ask-result', 'aria-live': 'polite' });
+    const deadline = el('span', { class: 'deadline', 'data-deadline-ms': a.deadline_ms });
+    countdown(deadline);
+    const buttons = a.choices.map((c) => el('button', {
+      type: 'button', class: 'choice c-' + c.toLowerCase(), 'data-choice': c,
+      onclick: () => answer(a.id, c, box, result, buttons),
+    }, c));
+    return el('li', { class: 'ask', 'data-ask': a.id },
+      el('div', { class: 'line' },
+        el('span', { class: 'from-to' }, a.from + ' → ' + (a.to ?? 'anyone')),
+        el('span', { class: 'age', 'data-asked-ms': a.asked_ms }, 'asked ' + age(a.asked_ms) + ' ago'),
+        deadline),
+      el('div', { class: 'message' }, a.message),
+      a.context !== null ? el('pre', { class: 'context' }, a.context) : null,
+      box,
+      el('div', { class: 'actions' }, ...buttons, result),
+      el('div', { class: 'id' }, a.id));
+  }
+
+  function closedItem(a) {
+    const answered = a.status === 'answered';
+    return el('li', { class: 'ask closed', 'data-ask': a.id },
+      el('div', { class: 'line' },
+        el('span', { class: 'tag st-' + a.status }, a.status),
+        answered ? el('strong', {}, a.choice) : null,
+        answered ? el('span', { class: 'from' }, 'by ' + a.answered_by + ' after ' +
+          window.sigboxTimeline.duration(a.took_ms)) : null,
+        el('span', { class: 'age' }, a.from + ' → ' + (a.to ?? 'anyone'))),
+      el('div', { class: 'message' }, a.message),
+      answered && a.answer_message ? el('div', { class: 'said' }, a.answer_message) : null,
+      el('div', { class: 'id' }, a.id + ' · ' + (answered ? a.answered_at : 'expired ' +
+        (a.expired_at ?? ''))));
+  }
+
+  function renderAsks(r) {
+    const asks = r.asks || { open: [], open_total: 0, closed: [], invalid: [] };
+    $('asks-count').textContent = '(' + asks.open_total + ' open)';
+    const list = $('asks');
+    const want = asks.open.map((a) => {
+      const key = rootIndex + ':' + a.id;
+      let li = askItems.get(key);
+      if (!li) {
+        li = askItem(a);
+        askItems.set(key, li);
+      }
+      return li;
+    });
+    const keep = new Set(want);
+    for (const [key, li] of askItems) {
+      if (!keep.has(li)) {
+        li.remove();
+        askItems.delete(key);
+      }
+    }
+    for (const c of [...list.children]) {
+      if (!keep.has(c)) c.remove();
+    }
+    want.forEach((li, i) => {
+      if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null);
+    });
+    if (asks.error) {
+      list.append(el('li', { class: 'problem' },
+        el('div', { class: 'line' }, el('span', { class: 'tag' }, 'cannot read the requests')),
+        el('div', { class: 'reason' }, asks.error)));
+    } else if (!want.length) {
+      list.append(empty('no request waits'));
+    }
+    fill($('asks-closed'), asks.closed.length ? asks.closed.map(closedItem) :
+      [empty('none yet')]);
+    const bad = $('asks-invalid');
+    bad.hidden = !asks.invalid.length;
+    fill(bad, asks.invalid.map((x) => el('li', { class: 'problem' },
+      el('div', { class: 'line' }, el('span', { class: 'tag' }, 'not a valid request')),
+      el('div', { class: 'reason' }, x.reason),
+      el('div', { class: 'id' }, x.path))));
+  }
+
+  async function answer(id, choice, box, out, buttons) {
+    const body = { choice: choice, root: rootIndex };
+    if (box.value !== '') body.message = box.value;
+    const as = $('answer-as').value.trim();
+    if (as !== '') body.from = as;
+    out.className = 'ask-result';
+    out.textContent = 'answering…';
+    buttons.forEach((b) => { b.disabled = true; });
+    try {
+      const r = await fetch('/api/asks/' + encodeURIComponent(id) + '/answer', {
+        method: 'POST', credentials: 'same-origin',
+        headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+      });
+      const v = await r.json().catch(() => ({ error: 'HTTP ' + r.status }));
+      if (r.ok) {
+        out.className = 'ask-result ok';
+        out.textContent = 'answered ' + v.choice + ' as ' + v.answered_by;
+      } else {
+        out.className = 'ask-result bad';
+        out.textContent = 'refused: ' + v.error;
+      }
+    } catch (e) {
+      out.className = 'ask-result bad';
+      out.textContent = 'cannot answer: ' + e;
+    }
+    buttons.forEach((b) => { b.disabled = false; });
+    schedule();
   }
 
   function renderAgents(r) {
@@ -261,7 +401,13 @@
     }
   }
   window.addEventListener('resize', redrawTimeline);
-  setInterval(redrawTimeline, 1000);
+  setInterval(() => {
+    redrawTimeline();
+    document.querySelectorAll('#asks .deadline').forEach(countdown);
+    document.querySelectorAll('#asks .age[data-asked-ms]').forEach((n) => {
+      n.textContent = 'asked ' + age(Number(n.dataset.askedMs)) + ' ago';
+    });
+  }, 1000);
   listen();
   refresh();
 })();
