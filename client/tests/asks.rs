@@ -190,6 +190,7 @@ fn at_the_deadline_ask_exits_1_the_expiry_is_recorded_and_a_late_answer_refused(
         ],
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "", "no answer: no choice on stdout");
     assert!(
         text(&o.stderr).contains("expired at"),
         "{}",

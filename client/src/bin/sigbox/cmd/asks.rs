@@ -93,10 +93,13 @@ fn outcome_json(r: &Request, o: &Outcome) -> Value {
 /// Prints an outcome: the choice alone on stdout (exit 0), who answered on stderr; an expiry
 /// says so on stderr (exit 1).
 fn print_outcome(out: &mut Out, r: &Request, o: &Outcome) -> anyhow::Result<ExitCode> {
-    out.emit(&outcome_json(r, o), || match o {
-        Outcome::Answered(a) => a.choice.clone(),
-        Outcome::Expired { .. } => String::new(),
-    })?;
+    // Text: the choice alone on stdout (`choice=$(sigbox ask ...)`), nothing when no answer
+    // came; the line for a person goes to stderr.
+    match o {
+        Outcome::Answered(a) => out.emit(&outcome_json(r, o), || a.choice.clone())?,
+        Outcome::Expired { .. } if out.is_json() => out.emit(&outcome_json(r, o), String::new)?,
+        Outcome::Expired { .. } => {}
+    }
     out.flush()?;
     if !out.is_json() {
         let said = match o {
