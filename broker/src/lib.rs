@@ -44,8 +44,10 @@
 //! | [`goblin`], [`mux`] | the other file dialects | `goblin.md`, `mux.md` |
 //! | `lines`, [`flux`], [`pilot`] | the stream dialects on a shared line splitter | `streams.md` |
 //! | [`tap`] | the table from stream signals to mailbox signals | `streams.md` §tap |
+//! | [`asks`] | requests to a person and their one answer, beside the mailbox | `asks.md` |
 #![deny(missing_docs)]
 
+pub mod asks;
 mod atomic;
 mod body;
 pub mod bridge_state;

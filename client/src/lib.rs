@@ -53,12 +53,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod asks;
 mod checkpoint;
 mod durations;
 mod env;
 pub mod logfmt;
 mod watch;
 
+pub use asks::{Waited, wait_outcome};
 pub use checkpoint::{Checkpoint, Notes, WaitMode};
 pub use durations::{MAX_SETTLE, parse_duration, parse_settle};
 pub use env::{DEFAULT_ROOT, DEFAULT_SETTLE, durability_from, root_from, settle_from};

@@ -16,6 +16,9 @@ use std::time::{Duration, SystemTime};
 use jsonschema::{Draft, Registry, Validator};
 use serde_json::{Value, json};
 
+#[path = "schemas_parts/asks.rs"]
+mod asks_part;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 /// The base of every schema's `$id`: a schema at `spec/schemas/<rel>` has `$id` `BASE<rel>`, so
@@ -400,6 +403,7 @@ fn every_output_and_file_matches_its_schema() {
     goblin(&w);
     mux(&w);
     streams(&w);
+    asks_part::asks(&w);
     negatives(&w, &mailbox);
     w.s.assert_no_failures();
 

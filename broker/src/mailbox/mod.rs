@@ -195,6 +195,11 @@ impl Mailbox {
         &self.layout.root
     }
 
+    /// The handle's filesystem seam, for what lives beside the mailbox (`asks/`).
+    pub(crate) fn io(&self) -> &Io {
+        &self.io
+    }
+
     fn new(root: &Path, mut opts: MailboxOptions) -> Mailbox {
         if opts.reuse_listings && crate::sys::is_remote_fs(root) {
             opts.reuse_listings = false;

@@ -177,6 +177,24 @@ See spec/hooks.md for what each signal becomes, per runtime and event.")]
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// Ask a person and wait for the one answer; exit 0 answered, 1 deadline passed.
+    #[command(after_help = "Examples:
+  sigbox ask --as Executor --timeout 10m \"deploy to prod?\"
+  sigbox ask --as Executor --key deploy-42 --choices yes,no,later \"migrate now?\"
+See spec/asks.md.")]
+    Ask(crate::cmd::asks::AskArgs),
+    /// Answer a request: exit 0 for the one answer, 2 naming why otherwise.
+    #[command(
+        after_help = "Example:\n  sigbox answer Executor.deploy-42 approve \"go ahead\" --from alice"
+    )]
+    Answer(crate::cmd::asks::AnswerArgs),
+    /// List the open requests, oldest first.
+    #[command(after_help = "Examples:\n  sigbox asks\n  sigbox asks --all --json")]
+    Asks {
+        /// Also answered, expired and invalid requests.
+        #[arg(long)]
+        all: bool,
+    },
     /// Run a short demonstration on a fresh mailbox in a temporary directory.
     #[command(after_help = "Example:\n  sigbox demo")]
     Demo {

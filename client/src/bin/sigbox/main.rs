@@ -188,7 +188,15 @@ fn run(
         Command::Poll(args) => cmd::mailbox::poll(&root, &args, &mut out)?,
         Command::Wait(args) => cmd::mailbox::wait(&root, args, &mut out)?,
         Command::Ls { all } => cmd::mailbox::ls(&root, all, &mut out)?,
-        Command::Log => cmd::mailbox::log(&root, &mut out)?,
+        Command::Log => {
+            // The requests are listed also when a record could not be read (said, exit 2).
+            let code = cmd::mailbox::log(&root, &mut out);
+            cmd::asks::log(&root, &mut out)?;
+            code?
+        }
+        Command::Ask(args) => cmd::asks::ask(&root, args, &mut out)?,
+        Command::Answer(args) => cmd::asks::answer(&root, args, &mut out)?,
+        Command::Asks { all } => cmd::asks::list(&root, all, &mut out)?,
         Command::Finish { agent } => cmd::mailbox::finish(&root, &agent, &mut out)?,
         Command::Gc {
             older_than,

@@ -1,6 +1,7 @@
 //! The commands, one file per concept. Each is a leaf: it imports `cli`, `output` and the
 //! libraries, never another command; `main.rs` routes to them.
 
+pub(crate) mod asks;
 pub(crate) mod demo;
 pub(crate) mod goblin;
 pub(crate) mod hook;

@@ -1,0 +1,301 @@
+//! Asking a person (spec/asks.md): `ask`, `answer`, `asks`, and the requests in `log`.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::Args;
+use serde_json::{Value, json};
+use sigbox::asks::{AskState, Asks, NewAsk, Outcome, Request, Status, instant};
+use sigbox_client::{Waited, parse_duration};
+
+use crate::output::{Out, escape, path_json};
+
+/// `sigbox ask`.
+#[derive(Debug, Args)]
+pub(crate) struct AskArgs {
+    /// The asking agent.
+    #[arg(long = "as")]
+    pub(crate) agent: String,
+    /// Whom it is for (a person's name, Orchestrator); default: anyone.
+    #[arg(long)]
+    pub(crate) to: Option<String>,
+    /// The answers offered, comma-separated.
+    #[arg(long, default_value = "approve,deny", value_delimiter = ',')]
+    pub(crate) choices: Vec<String>,
+    /// The deadline, this long from now (a number and its unit: ms, s, m, h); past it the
+    /// request expires and `ask` exits 1. Default: none.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
+    /// A stable key: the request's id is <agent>.<key>, so an asker started again re-attaches
+    /// to its request (and gets the answer given meanwhile) instead of asking twice.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+    /// Print the request's id once it is durable, and return without waiting.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+    /// The question (`-`: read it from stdin).
+    pub(crate) message: String,
+}
+
+/// `sigbox answer`.
+#[derive(Debug, Args)]
+pub(crate) struct AnswerArgs {
+    /// The request's id (`sigbox asks` lists them).
+    pub(crate) id: String,
+    /// One of the choices the request offers.
+    pub(crate) choice: String,
+    /// What to say with it.
+    pub(crate) message: Option<String>,
+    /// Who answers [default: $USER, else "person"].
+    #[arg(long)]
+    pub(crate) from: Option<String>,
+}
+
+/// An agent name from `--as`: a known role in any case is that role.
+fn agent_name(name: &str) -> anyhow::Result<String> {
+    let name = name.trim();
+    if let Some(role) = sigbox::ROLES.iter().find(|r| r.eq_ignore_ascii_case(name)) {
+        return Ok((*role).to_string());
+    }
+    match sigbox::agent_name_problem(name) {
+        None => Ok(name.to_string()),
+        Some(why) => anyhow::bail!("invalid agent name {name:?} (--as): {why}"),
+    }
+}
+
+fn took_ms(r: &Request, o: &Outcome) -> Option<i64> {
+    match o {
+        Outcome::Answered(a) => Some((a.at - r.asked_at).num_milliseconds().max(0)),
+        Outcome::Expired { .. } => None,
+    }
+}
+
+/// The `ask --json` object of an outcome.
+fn outcome_json(r: &Request, o: &Outcome) -> Value {
+    match o {
+        Outcome::Answered(a) => json!({
+            "id": r.id, "status": "answered", "choice": a.choice, "message": a.message,
+            "answered_by": a.by, "answered_at": instant(a.at), "asked_at": instant(r.asked_at),
+            "took_ms": took_ms(r, o),
+        }),
+        Outcome::Expired { at, .. } => json!({
+            "id": r.id, "status": "expired", "choice": null, "message": null,
+            "answered_by": null, "answered_at": null, "asked_at": instant(r.asked_at),
+            "expired_at": instant(*at),
+        }),
+    }
+}
+
+/// Prints an outcome: the choice alone on stdout (exit 0), who answered on stderr; an expiry
+/// says so on stderr (exit 1).
+fn print_outcome(out: &mut Out, r: &Request, o: &Outcome) -> anyhow::Result<ExitCode> {
+    out.emit(&outcome_json(r, o), || match o {
+        Outcome::Answered(a) => a.choice.clone(),
+        Outcome::Expired { .. } => String::new(),
+    })?;
+    out.flush()?;
+    if !out.is_json() {
+        let said = match o {
+            Outcome::Answered(a) => format!(
+                "{}: answered {} by {} at {}{}",
+                r.id,
+                a.choice,
+                a.by,
+                instant(a.at),
+                a.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ),
+            Outcome::Expired { .. } => format!(
+                "{}: expired at {} with no answer",
+                r.id,
+                r.deadline.map(instant).unwrap_or_default()
+            ),
+        };
+        let _ = writeln!(std::io::stderr(), "sigbox: {}", escape(&said));
+    }
+    Ok(match o {
+        Outcome::Answered(_) => ExitCode::SUCCESS,
+        Outcome::Expired { .. } => ExitCode::from(1),
+    })
+}
+
+pub(crate) fn ask(root: &Path, args: AskArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let agent = agent_name(&args.agent)?;
+    let message = if args.message == "-" {
+        let mut m = String::new();
+        std::io::stdin()
+            .read_to_string(&mut m)
+            .context("cannot read the message from stdin")?;
+        m.strip_suffix('\n').unwrap_or(&m).to_string()
+    } else {
+        args.message
+    };
+    let mut new = NewAsk::new(&agent, &message).choices(args.choices);
+    if let Some(to) = &args.to {
+        new = new.to(to);
+    }
+    if let Some(t) = args.timeout {
+        new = new.timeout(t);
+    }
+    if let Some(k) = &args.key {
+        new = new.key(k);
+    }
+    let mb = super::open(root)?;
+    let asks = Asks::new(&mb);
+    let asked = asks.ask(&new)?;
+    let r = asked.request;
+    if let Some(o) = &asked.outcome {
+        return print_outcome(out, &r, o);
+    }
+    if args.no_wait {
+        out.emit(
+            &json!({"id": r.id, "attached": asked.attached, "status": "open",
+                    "deadline": r.deadline.map(instant)}),
+            || r.id.clone(),
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // A stop signal ends the process as its default action does: the request is durable and
+    // stays open; `ask --key` re-attaches.
+    match sigbox_client::wait_outcome(&mb, &r.id, &agent, None, &mut || false)? {
+        Waited::Outcome(o) => print_outcome(out, &r, &o),
+        Waited::Stopped => Ok(ExitCode::from(1)),
+    }
+}
+
+pub(crate) fn answer(root: &Path, args: AnswerArgs, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let by = match args.from {
+        Some(f) => f,
+        None => std::env::var("USER")
+            .ok()
+            .filter(|u| sigbox::asks::person_problem(u).is_none())
+            .unwrap_or_else(|| "person".to_string()),
+    };
+    let mb = super::open(root)?;
+    let asks = Asks::new(&mb);
+    match asks.answer(&args.id, &args.choice, args.message.as_deref(), &by)? {
+        Ok(Outcome::Answered(a)) => {
+            out.emit(
+                &json!({"id": args.id, "choice": a.choice, "message": a.message,
+                        "answered_by": a.by, "answered_at": instant(a.at)}),
+                || format!("{}: answered {} by {}", args.id, a.choice, a.by),
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(Outcome::Expired { .. }) => anyhow::bail!("{}: expired with no answer", args.id),
+        Err(refusal) => Err(anyhow::anyhow!("{refusal}")),
+    }
+}
+
+/// One request as `asks` and `log` show it.
+fn state_json(s: &AskState, now: chrono::DateTime<Utc>) -> Value {
+    let r = &s.request;
+    let (choice, message, by, at) = match &s.outcome {
+        Some(Outcome::Answered(a)) => (
+            Some(a.choice.clone()),
+            a.message.clone(),
+            Some(a.by.clone()),
+            Some(instant(a.at)),
+        ),
+        _ => (None, None, None, None),
+    };
+    json!({
+        "id": r.id, "from": r.from, "to": r.to, "message": r.message, "choices": r.choices,
+        "asked_at": instant(r.asked_at), "deadline": r.deadline.map(instant),
+        "status": s.status(now).as_str(), "choice": choice, "answer_message": message,
+        "answered_by": by, "answered_at": at,
+        "took_ms": s.outcome.as_ref().and_then(|o| took_ms(r, o)),
+        "context": r.context, "path": path_json(&s.path),
+    })
+}
+
+fn state_human(s: &AskState, now: chrono::DateTime<Utc>) -> String {
+    let r = &s.request;
+    let mut line = format!(
+        "{}  {:<8} {} -> {}  asked {}  deadline {}  [{}]  {}",
+        r.id,
+        s.status(now).as_str(),
+        r.from,
+        r.to.as_deref().unwrap_or("anyone"),
+        instant(r.asked_at),
+        r.deadline.map(instant).unwrap_or_else(|| "none".into()),
+        r.choices.join(","),
+        r.message
+    );
+    if let Some(Outcome::Answered(a)) = &s.outcome {
+        line.push_str(&format!(
+            "  => {} by {} at {}",
+            a.choice,
+            a.by,
+            instant(a.at)
+        ));
+    }
+    escape(&line).into_owned()
+}
+
+pub(crate) fn list(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
+    let mb = super::open(root)?;
+    let listing = Asks::new(&mb).list()?;
+    let now = Utc::now();
+    for s in &listing.requests {
+        if all || s.status(now) == Status::Open {
+            out.emit(&state_json(s, now), || state_human(s, now))?;
+        }
+    }
+    if all {
+        for (path, why) in &listing.invalid {
+            out.emit(
+                &json!({"id": null, "status": "invalid", "path": path_json(path), "reason": why}),
+                || escape(&format!("{}  invalid  {why}", path.display())).into_owned(),
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The requests, after the signal records of `log`: each with its outcome, who answered,
+/// when, and how long it took.
+pub(crate) fn log(root: &Path, out: &mut Out) -> anyhow::Result<()> {
+    let mb = super::open(root)?;
+    let listing = Asks::new(&mb).list()?;
+    let now = Utc::now();
+    for s in &listing.requests {
+        let mut v = state_json(s, now);
+        v["kind"] = json!("ask");
+        out.emit(&v, || {
+            let r = &s.request;
+            let what = match &s.outcome {
+                Some(Outcome::Answered(a)) => format!(
+                    "answered {} by {} at {} after {:.1} s",
+                    a.choice,
+                    a.by,
+                    instant(a.at),
+                    took_ms(
+                        r,
+                        s.outcome.as_ref().unwrap_or(&Outcome::Answered(a.clone()))
+                    )
+                    .unwrap_or(0) as f64
+                        / 1000.0
+                ),
+                Some(Outcome::Expired { at, .. }) => format!("expired at {}", instant(*at)),
+                None => s.status(now).as_str().to_string(),
+            };
+            escape(&format!(
+                "{}  {:<12} ask                {}  {}: {}",
+                instant(r.asked_at),
+                r.from,
+                r.id,
+                r.message,
+                what
+            ))
+            .into_owned()
+        })?;
+    }
+    Ok(())
+}
