@@ -87,12 +87,12 @@ pub fn id_problem(id: &str) -> Option<String> {
 }
 
 /// The agent part of a valid id.
-pub(crate) fn agent_of(id: &str) -> &str {
+pub fn agent_of(id: &str) -> &str {
     id.split_once('.').map_or(id, |(a, _)| a)
 }
 
 /// The key part of a valid id.
-pub(crate) fn key_of(id: &str) -> &str {
+pub fn key_of(id: &str) -> &str {
     id.split_once('.').map_or("", |(_, k)| k)
 }
 
