@@ -272,6 +272,11 @@ pub(crate) enum HooksCmd {
         /// The agent's state, passed to every hook call.
         #[arg(long)]
         state: Option<String>,
+        /// Also the PermissionRequest hook (Claude Code, Codex): each approval prompt is
+        /// first asked of a person through `sigbox asks`/`answer`; with no answer in time
+        /// the runtime's own prompt follows (spec/hooks.md, "Permission requests").
+        #[arg(long)]
+        permissions: bool,
     },
     /// Remove sigbox's hook entries from the runtime's settings, keeping everything else.
     #[command(after_help = "Example:\n  sigbox hooks uninstall claude --project .")]
