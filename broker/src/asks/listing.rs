@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::format::{Outcome, Request};
 use super::refusal::Refusal;
+use super::remote::{Proposal, ProposalStatus};
 use super::{Asks, REQUEST_SUFFIX};
 use crate::error::Result;
 
@@ -40,6 +41,10 @@ pub struct AskState {
     pub outcome: Option<Outcome>,
     /// The request file.
     pub path: PathBuf,
+    /// The host it was asked on, when another (spec/asks.md §8); `None`: this one.
+    pub home: Option<String>,
+    /// The answers proposed here for it (asked on another host), each with where it stands.
+    pub proposals: Vec<(Proposal, ProposalStatus)>,
 }
 
 impl AskState {
@@ -85,10 +90,21 @@ impl Asks<'_> {
                         Some(Ok(o)) => Some(o),
                         _ => None,
                     };
+                    // A marker that is not one is shown as none here; `answer` names it.
+                    let home = self.home(id).unwrap_or_default();
+                    let mut proposals = Vec::new();
+                    if home.is_some() {
+                        for p in self.proposals(id)? {
+                            let status = self.proposal_status(&p)?;
+                            proposals.push((p, status));
+                        }
+                    }
                     out.requests.push(AskState {
                         request,
                         outcome,
                         path,
+                        home,
+                        proposals,
                     });
                 }
                 Err(Refusal::Unknown { .. }) => {}

@@ -8,6 +8,7 @@
 //! | `new_ask.rs` | a request before it is written, checked | §3 |
 //! | `refusal.rs` | why an answer is not taken, one line each | §4 |
 //! | `listing.rs` | where each request stands; the listing | §7 |
+//! | `remote.rs` | requests asked on another host: imports, proposals, outcomes carried | §8 |
 //! | `mod.rs` | the handle: ask, answer, expire, quarantine | §3-§6 |
 //!
 //! Waiting for an outcome is the client's (`sigbox_client::wait_outcome`): this module
@@ -36,6 +37,7 @@ mod id;
 mod listing;
 mod new_ask;
 mod refusal;
+mod remote;
 
 use std::path::{Path, PathBuf};
 
@@ -51,6 +53,7 @@ pub use listing::{AskState, Listing, Status};
 pub use new_ask::{Asked, NewAsk};
 pub use refusal::Refusal;
 use refusal::refused_by;
+pub use remote::{AnswerAnywhere, AskFiles, ImportedAsk, Proposal, ProposalStatus};
 
 use crate::atomic::{self, Claimed, Clobber, Placed};
 use crate::error::{Error, ErrorKind, Result};
@@ -64,10 +67,10 @@ pub const REQUEST_CAP: u64 = 1 << 20;
 /// The largest outcome file read, in bytes.
 pub const OUTCOME_CAP: u64 = 64 << 10;
 /// How many times an answer retries after quarantining a file that took the outcome's name.
-const RETRIES: usize = 8;
+pub(crate) const RETRIES: usize = 8;
 
-const REQUEST_SUFFIX: &str = ".request.json";
-const OUTCOME_SUFFIX: &str = ".outcome.json";
+pub(crate) const REQUEST_SUFFIX: &str = ".request.json";
+pub(crate) const OUTCOME_SUFFIX: &str = ".outcome.json";
 
 /// Requests and their answers in one mailbox root (spec/asks.md). Borrows the mailbox's
 /// handle: the same seam, root descriptor, durability and rename lock.
@@ -305,6 +308,27 @@ impl<'a> Asks<'a> {
         message: Option<&str>,
         by: &str,
     ) -> Result<std::result::Result<Outcome, Refusal>> {
+        if id_problem(id).is_none()
+            && let Some(host) = self.home(id)?
+        {
+            return Ok(Err(Refusal::Elsewhere {
+                id: id.to_string(),
+                host,
+            }));
+        }
+        self.answer_here(id, choice, message, by, &serde_json::Map::new())
+    }
+
+    /// [`Asks::answer`] on this host, whatever the request's home: the outcome, when it is
+    /// this answer, carries `extra` (a proposal applied, spec/asks.md §8).
+    fn answer_here(
+        &self,
+        id: &str,
+        choice: &str,
+        message: Option<&str>,
+        by: &str,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<std::result::Result<Outcome, Refusal>> {
         if let Some(why) = person_problem(by) {
             return Ok(Err(Refusal::InvalidName { why }));
         }
@@ -333,7 +357,7 @@ impl<'a> Asks<'a> {
             by: by.to_string(),
             at: now,
         });
-        Ok(match self.record(&request, &bytes, &mine)? {
+        Ok(match self.record_with(&request, &bytes, &mine, extra)? {
             (o, true) => Ok(o),
             (o, false) => Err(refused_by(&request, o)),
         })
@@ -353,6 +377,10 @@ impl<'a> Asks<'a> {
             return Ok(Some(o));
         }
         if request.deadline.is_none_or(|d| Utc::now() < d) {
+            return Ok(None);
+        }
+        // Asked on another host: its expiry is recorded there, and comes back.
+        if self.home(id)?.is_some() {
             return Ok(None);
         }
         let by = if person_problem(by).is_none() {
@@ -375,8 +403,19 @@ impl<'a> Asks<'a> {
         request_bytes: &[u8],
         outcome: &Outcome,
     ) -> Result<(Outcome, bool)> {
+        self.record_with(request, request_bytes, outcome, &serde_json::Map::new())
+    }
+
+    /// [`Asks::record`], the outcome's file carrying `extra` fields.
+    fn record_with(
+        &self,
+        request: &Request,
+        request_bytes: &[u8],
+        outcome: &Outcome,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(Outcome, bool)> {
         let dest = self.outcome_path(&request.id);
-        let data = outcome.bytes(request, request_bytes);
+        let data = outcome.bytes_with(request, request_bytes, extra);
         for _ in 0..RETRIES {
             let stage = atomic::stage_name(&self.dir, "send");
             match atomic::write_atomic(self.io(), &stage, &dest, &data, Clobber::No)? {

@@ -49,6 +49,14 @@ pub enum Refusal {
         /// The deadline.
         deadline: Option<DateTime<Utc>>,
     },
+    /// The request was asked on another host, which decides its answer (spec/asks.md §8):
+    /// [`Asks::answer_anywhere`](super::Asks::answer_anywhere) proposes one there.
+    Elsewhere {
+        /// The id.
+        id: String,
+        /// The host it was asked on.
+        host: String,
+    },
     /// The choice is not one the request offers.
     NotOffered {
         /// The id.
@@ -58,6 +66,14 @@ pub enum Refusal {
         /// The choices offered.
         choices: Vec<String>,
     },
+}
+
+impl Refusal {
+    /// The refusal an answer gets when `request` has `outcome` already: who answered first,
+    /// with what, when; or that it expired.
+    pub fn of(request: &Request, outcome: Outcome) -> Refusal {
+        refused_by(request, outcome)
+    }
 }
 
 impl std::fmt::Display for Refusal {
@@ -87,6 +103,11 @@ impl std::fmt::Display for Refusal {
                 Some(d) => write!(f, "{id}: expired at {} with no answer", instant(*d)),
                 None => write!(f, "{id}: expired with no answer"),
             },
+            Refusal::Elsewhere { id, host } => write!(
+                f,
+                "{id}: asked on host {host}, which decides its answer: propose it with `sigbox \
+                 answer` (it is carried there)"
+            ),
             Refusal::NotOffered {
                 id,
                 choice,

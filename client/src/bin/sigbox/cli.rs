@@ -599,4 +599,8 @@ pub(crate) struct AnswerArgs {
     /// Who answers [default: $USER, else "person"].
     #[arg(long)]
     pub(crate) from: Option<String>,
+    /// For a request asked on another host (through the bridge): how long to wait for that
+    /// host to take or refuse the answer.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub(crate) wait: Duration,
 }
