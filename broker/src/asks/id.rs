@@ -97,7 +97,7 @@ pub fn key_of(id: &str) -> &str {
 }
 
 /// FNV-1a, 64 bits, as 16 lower-case hex digits: the digest an outcome carries of its request.
-pub(crate) fn digest(bytes: &[u8]) -> String {
+pub fn digest(bytes: &[u8]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);

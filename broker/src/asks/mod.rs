@@ -46,7 +46,7 @@ use serde_json::json;
 
 pub use format::{Answer, Outcome, Request, instant};
 pub use id::{
-    DEFAULT_CHOICES, agent_of, ask_id, choice_problem, choices_problem, id_problem, key_of,
+    DEFAULT_CHOICES, agent_of, ask_id, choice_problem, choices_problem, digest, id_problem, key_of,
     key_problem, person_problem,
 };
 pub use listing::{AskState, Listing, Status};
