@@ -349,6 +349,8 @@ impl Asks<'_> {
     /// Writes here the outcome the request's home recorded (the bridge's import), byte for
     /// byte, created exclusively: it must be a valid outcome of the request here (§6), and the
     /// request must have been asked on another host (one asked here gets its outcome here).
+    /// Another outcome in its place (written by hand: nothing here records one for such a
+    /// request) is quarantined, and the home's taken.
     pub fn import_outcome(&self, bytes: &[u8]) -> Result<ImportedAsk> {
         let Some(id) = object(bytes)
             .ok()
@@ -382,10 +384,15 @@ impl Asks<'_> {
                 Placed::Done => return Ok(ImportedAsk::Written),
                 Placed::Exists => match self.io().read_untrusted(&dest, OUTCOME_CAP)? {
                     ReadOutcome::Bytes(b, _) if b == bytes => return Ok(ImportedAsk::AlreadyHere),
+                    // No sigbox process records an outcome here for a request asked
+                    // elsewhere: one that is not the home's was written by hand, and the
+                    // home's decision replaces it (moved aside, with its reason).
                     ReadOutcome::Bytes(b, _) if Outcome::parse(&b, &request, &rb).is_ok() => {
-                        return Ok(ImportedAsk::Refused(format!(
-                            "{id}: another outcome is here already"
-                        )));
+                        self.quarantine(
+                            &id,
+                            "an outcome written on this host for a request asked on another, \
+                             whose home recorded another one",
+                        )?;
                     }
                     ReadOutcome::Gone => {}
                     // Not a valid outcome: moved aside, and the write tried again.

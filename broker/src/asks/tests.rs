@@ -364,6 +364,23 @@ fn imports_that_are_not_what_they_say_are_refused() {
         .apply_proposal(forged.to_string().as_bytes(), "hostB")
         .unwrap();
     assert!(r.is_err());
+    // On a host that imported a request, an outcome dropped by hand gives way to the home's.
+    on_a.ask(&NewAsk::new("Executor", "more?").key("f"))
+        .unwrap();
+    on_b.import_request("hostA", &file(&a, "Executor.f.request.json"))
+        .unwrap();
+    on_a.answer("Executor.f", "deny", None, "alice")
+        .unwrap()
+        .unwrap();
+    let real = file(&a, "Executor.f.outcome.json");
+    let forged = String::from_utf8(real.clone())
+        .unwrap()
+        .replace("\"deny\"", "\"approve\"")
+        .replace("alice", "mallory");
+    std::fs::write(b.root().join("asks/Executor.f.outcome.json"), &forged).unwrap();
+    assert_eq!(on_b.import_outcome(&real).unwrap(), ImportedAsk::Written);
+    assert_eq!(file(&b, "Executor.f.outcome.json"), real);
+    assert!(b.root().join("rejected/Executor.f.outcome.json").exists());
     // A marker that is not one: an error naming it, for whoever answers.
     std::fs::write(b.root().join("asks/Executor.h.home.json"), "junk").unwrap();
     let e = on_b.answer("Executor.h", "approve", None, "x").unwrap_err();
