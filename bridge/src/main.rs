@@ -6,12 +6,14 @@
 //! - `streams.rs`: the streams and the hosts bucket, made when missing.
 //! - `export.rs`: the exporter.
 //! - `import.rs`: the importers, and the sharing of broadcast acks.
+//! - `asks.rs`: requests to a person across hosts (their stream, export and import).
 //! - `presence.rs`: which agents are here; importers started and stopped; hand-offs.
 //! - `state.rs`: the state writer (`bridge/state.json`, this host's entry in the bucket).
 //! - `hosts.rs`: the hosts bucket: this host's entry, each agent's host.
 //! - `names.rs`: streams, subjects and consumers, named once.
 //! - `status.rs`: `sigbox bridge status`.
 
+mod asks;
 mod export;
 mod hosts;
 mod import;

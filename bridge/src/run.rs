@@ -17,6 +17,7 @@ use sigbox::bridge_state::BridgeState;
 use tokio::task::JoinHandle;
 
 use crate::Cli;
+use crate::asks::{asks_export_loop, asks_import_loop};
 use crate::export::{export_loop, watch_inputs};
 use crate::hosts::Hosts;
 use crate::import::{ack_export_loop, import_loop};
@@ -217,6 +218,9 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
             None,
         )),
     ];
+    // Requests to a person: the asker's host decides (spec/asks.md §8).
+    tasks.push(tokio::spawn(asks_export_loop(b.clone(), js.clone())));
+    tasks.push(tokio::spawn(asks_import_loop(b.clone(), js.clone())));
     let hosts_final = hosts.clone();
     let state_task = tokio::spawn(state_loop(b.clone(), js.clone(), hosts.clone()));
     tasks.push(tokio::spawn(presence_loop(b.clone(), js.clone(), hosts)));

@@ -47,15 +47,16 @@ pub fn wait_outcome(
             return Ok(Waited::Outcome(o));
         }
         let now = Utc::now();
-        if deadline.is_some_and(|d| now >= d)
-            && let Some(o) = asks.expire(id, by)?
-        {
+        let past = deadline.is_some_and(|d| now >= d);
+        if past && let Some(o) = asks.expire(id, by)? {
             return Ok(Waited::Outcome(o));
         }
         if stop() {
             return Ok(Waited::Stopped);
         }
-        let mut left = deadline.map(|d| {
+        // Past the deadline with no expiry recorded: the request was asked on another host,
+        // which records it (spec/asks.md §8); it comes back as a change of `asks/`.
+        let mut left = deadline.filter(|_| !past).map(|d| {
             (d - now)
                 .to_std()
                 .unwrap_or(Duration::ZERO)

@@ -10,7 +10,7 @@ use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use sigbox::Mailbox;
-use sigbox::asks::{AskState, Asks, Outcome, Refusal, Status, instant};
+use sigbox::asks::{AnswerAnywhere, AskState, Asks, Outcome, Refusal, Status, instant};
 
 use crate::app::{Root, Shared};
 use crate::routes::{blocking, json_body, reply};
@@ -187,9 +187,10 @@ fn parse(body: &Value) -> Result<AnswerRequest, String> {
 fn refusal_status(r: &Refusal) -> StatusCode {
     match r {
         Refusal::Unknown { .. } => StatusCode::NOT_FOUND,
-        Refusal::Answered { .. } | Refusal::Expired { .. } | Refusal::InvalidRequest { .. } => {
-            StatusCode::CONFLICT
-        }
+        Refusal::Answered { .. }
+        | Refusal::Expired { .. }
+        | Refusal::InvalidRequest { .. }
+        | Refusal::Elsewhere { .. } => StatusCode::CONFLICT,
         Refusal::InvalidId { .. } | Refusal::InvalidName { .. } | Refusal::NotOffered { .. } => {
             StatusCode::BAD_REQUEST
         }
@@ -239,21 +240,31 @@ pub(crate) async fn post_answer(
     // A fresh handle, as `sigbox answer` opens one (see `Root::fresh`).
     let answered = blocking(move || {
         let mb = opts.open(&path)?;
-        Asks::new(&mb).answer(&id, &req.choice, req.message.as_deref(), &req.from)
+        Asks::new(&mb).answer_anywhere(&id, &req.choice, req.message.as_deref(), &req.from)
     })
     .await;
     match answered {
-        Ok(Ok(Ok(Outcome::Answered(a)))) => reply(
+        Ok(Ok(AnswerAnywhere::Recorded(Outcome::Answered(a)))) => reply(
             StatusCode::OK,
             &json!({"id": asked, "choice": a.choice, "message": a.message,
                     "answered_by": a.by, "answered_at": instant(a.at), "root": index}),
         ),
         // `answer` returns its own answer or a refusal; an expiry comes as a refusal.
-        Ok(Ok(Ok(Outcome::Expired { .. }))) => auth::refusal(
+        Ok(Ok(AnswerAnywhere::Recorded(Outcome::Expired { .. }))) => auth::refusal(
             StatusCode::CONFLICT,
             &format!("{asked}: expired with no answer"),
         ),
-        Ok(Ok(Err(refusal))) => auth::refusal(refusal_status(&refusal), &refusal.to_string()),
+        // Asked on another host, which decides (spec/asks.md §8): the proposal is durable
+        // here and the bridge carries it there; the outcome shows in the state when it comes
+        // back, this answer's or another's.
+        Ok(Ok(AnswerAnywhere::Proposed(p))) => reply(
+            StatusCode::ACCEPTED,
+            &json!({"id": asked, "proposed": p.choice, "message": p.message,
+                    "answered_by": p.by, "home": p.home, "root": index}),
+        ),
+        Ok(Ok(AnswerAnywhere::Refused(refusal))) => {
+            auth::refusal(refusal_status(&refusal), &refusal.to_string())
+        }
         Ok(Err(e)) => {
             let status = if e.kind() == sigbox::ErrorKind::Conflict {
                 StatusCode::CONFLICT

@@ -102,7 +102,8 @@ fn run() -> anyhow::Result<()> {
     } else {
         None
     };
-    let server = Server::new(cp, agent, args.channel);
+    let asks_mailbox = opts.open(&root).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let server = Server::new(cp, asks_mailbox, agent, args.channel);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

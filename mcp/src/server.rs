@@ -1,5 +1,5 @@
-//! The MCP server of one agent: its four tools (`check`, `wait`, `send`, `status`) on one
-//! checkpoint, and what it tracks so that nothing a tool returned is acknowledged before the
+//! The MCP server of one agent: its five tools (`check`, `wait`, `send`, `status`, `ask`) on
+//! one checkpoint, and what it tracks so that nothing a tool returned is acknowledged before the
 //! client had it (spec/mcp.md "Delivery"): the unreturned, the answered, the calls running.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -14,8 +14,8 @@ use sigbox::{NewSignal, PassControl, ProblemKind, Signal, SignalType, Target};
 use sigbox_client::Checkpoint;
 
 use crate::wire::{
-    SendArgs, Sent, Signals, Status, WaitArgs, sent_schema, signals_result, signals_schema,
-    status_schema,
+    AskArgs, AskOut, SendArgs, Sent, Signals, Status, WaitArgs, ask_result, ask_schema,
+    sent_schema, signals_result, signals_schema, status_schema,
 };
 
 /// The longest a `wait` call blocks.
@@ -25,12 +25,18 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(600);
 /// between; a signal wakes it at once).
 pub(crate) const CANCEL_CHECK: Duration = Duration::from_millis(100);
 
+/// How long an `ask` call waits when `wait_s` is not given.
+pub(crate) const DEFAULT_ASK_WAIT: Duration = Duration::from_secs(60);
+
 /// A call's id and the signals it answered with.
 pub(crate) type Answered = (rmcp::model::RequestId, Vec<Signal>);
 
 #[derive(Clone)]
 pub(crate) struct Server {
     pub(crate) checkpoint: Arc<Mutex<Checkpoint>>,
+    /// A handle of its own on the mailbox, for `ask`: a request waits without the
+    /// checkpoint's lock, so other calls run meanwhile.
+    pub(crate) mailbox: Arc<sigbox::Mailbox>,
     pub(crate) agent: String,
     /// Signals were returned and not yet acknowledged.
     pub(crate) unacked: Arc<AtomicBool>,
@@ -145,9 +151,15 @@ impl Server {
 
 #[tool_router]
 impl Server {
-    pub(crate) fn new(checkpoint: Checkpoint, agent: String, channel: bool) -> Server {
+    pub(crate) fn new(
+        checkpoint: Checkpoint,
+        mailbox: sigbox::Mailbox,
+        agent: String,
+        channel: bool,
+    ) -> Server {
         Server {
             checkpoint: Arc::new(Mutex::new(checkpoint)),
+            mailbox: Arc::new(mailbox),
             agent,
             unacked: Arc::new(AtomicBool::new(false)),
             unreturned: Arc::new(Mutex::new(Vec::new())),
@@ -232,6 +244,68 @@ impl Server {
             .with_checkpoint(move |cp| cp.mailbox().send(&s).map_err(|e| e.to_string()))
             .await?;
         Ok(Json(Sent { id }))
+    }
+
+    /// Ask a person and wait for the one answer (spec/asks.md).
+    #[tool(output_schema = ask_schema(), description = "Ask a person and wait for the answer \
+        (their choice, and what they said). The request is kept until answered or past \
+        timeout_s: when this call ends first (wait_s passed, or cancelled), status is open; ask \
+        again with the returned key and the same message to go on waiting, never asking twice.")]
+    async fn ask(
+        &self,
+        Parameters(args): Parameters<AskArgs>,
+        ctx: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<Json<AskOut>, String> {
+        let _busy = Busy::new(&self.busy);
+        let seconds = |v: Option<f64>, name: &str, max: Option<Duration>| match v {
+            None => Ok(None),
+            Some(s) if s.is_finite() && s >= 0.0 => {
+                let d = Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX);
+                Ok(Some(max.map_or(d, |m| d.min(m))))
+            }
+            Some(s) => Err(format!("{name} {s}: a number of seconds, 0 or more")),
+        };
+        let wait = seconds(args.wait_s, "wait_s", Some(MAX_WAIT))?.unwrap_or(DEFAULT_ASK_WAIT);
+        let mut new = sigbox::asks::NewAsk::new(&self.agent, &args.message);
+        if let Some(c) = args.choices {
+            new = new.choices(c);
+        }
+        if let Some(t) = &args.to {
+            new = new.to(t);
+        }
+        if let Some(k) = &args.key {
+            new = new.key(k);
+        }
+        if let Some(t) = seconds(args.timeout_s, "timeout_s", None)? {
+            new = new.timeout(t);
+        }
+        let mb = Arc::clone(&self.mailbox);
+        let agent = self.agent.clone();
+        let (ct, peer, closed) = (ctx.ct.clone(), ctx.peer.clone(), Arc::clone(&self.closed));
+        tokio::task::spawn_blocking(move || {
+            let asks = sigbox::asks::Asks::new(&mb);
+            // Durable before it waits: a cancelled or ended call leaves the request open.
+            let asked = asks.ask(&new).map_err(|e| e.to_string())?;
+            let r = asked.request;
+            if let Some(o) = &asked.outcome {
+                return Ok(ask_result(&r, Some(o)));
+            }
+            let until = Instant::now() + wait;
+            let mut stop = || {
+                ct.is_cancelled()
+                    || peer.is_transport_closed()
+                    || closed.load(Ordering::SeqCst)
+                    || Instant::now() >= until
+            };
+            match sigbox_client::wait_outcome(&mb, &r.id, &agent, Some(CANCEL_CHECK), &mut stop)
+                .map_err(|e| e.to_string())?
+            {
+                sigbox_client::Waited::Outcome(o) => Ok(ask_result(&r, Some(&o))),
+                sigbox_client::Waited::Stopped => Ok(ask_result(&r, None)),
+            }
+        })
+        .await
+        .map_err(|e| format!("internal error: {e}"))?
     }
 
     /// Mailbox status: pending per target, settling, invalid, in flight, quarantined.

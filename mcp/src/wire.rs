@@ -160,3 +160,85 @@ pub(crate) fn signals_result(signals: &[Signal]) -> Json<Signals> {
         signals: signals.iter().map(signal_out).collect(),
     })
 }
+
+/// `ask`'s arguments (spec/asks.md §3).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub(crate) struct AskArgs {
+    /// The question.
+    pub(crate) message: String,
+    /// The answers offered (default approve, deny).
+    pub(crate) choices: Option<Vec<String>>,
+    /// Whom it is for (a person's name); default anyone.
+    pub(crate) to: Option<String>,
+    /// A stable key: asking again with it (the same question) waits for the same request.
+    pub(crate) key: Option<String>,
+    /// The request's deadline in seconds; past it, it expires with no answer (default none).
+    pub(crate) timeout_s: Option<f64>,
+    /// How long this call waits (default 60, at most 600); the request stays open after.
+    pub(crate) wait_s: Option<f64>,
+}
+
+/// What `ask` returns.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(crate) struct AskOut {
+    /// The request's id.
+    pub(crate) id: String,
+    /// Its key: ask again with it (and the same question) to go on waiting.
+    pub(crate) key: String,
+    /// `answered`, `expired` (no answer before the deadline) or `open` (still waiting).
+    pub(crate) status: String,
+    /// The choice given, when answered.
+    pub(crate) choice: Option<String>,
+    /// What the person said with it.
+    pub(crate) message: Option<String>,
+    /// Who answered.
+    pub(crate) answered_by: Option<String>,
+    /// When (UTC).
+    pub(crate) answered_at: Option<String>,
+}
+
+/// `ask`'s output: [`AskOut`].
+pub(crate) fn ask_schema() -> Arc<rmcp::model::JsonObject> {
+    let text = json!({"type": ["string", "null"]});
+    schema(json!({"type": "object",
+        "required": ["id", "key", "status", "choice", "message", "answered_by", "answered_at"],
+        "properties": {
+            "id": {"type": "string"},
+            "key": {"type": "string", "description": "ask again with it to go on waiting"},
+            "status": {"enum": ["answered", "expired", "open"], "description": "expired: no \
+                answer before the deadline, act as if denied; open: not answered yet"},
+            "choice": text, "message": text, "answered_by": text, "answered_at": text}}))
+}
+
+/// `ask`'s result for `request` and its outcome (`None`: still open).
+pub(crate) fn ask_result(
+    request: &sigbox::asks::Request,
+    outcome: Option<&sigbox::asks::Outcome>,
+) -> Json<AskOut> {
+    use sigbox::asks::{Outcome, instant};
+    let key = request
+        .key
+        .clone()
+        .unwrap_or_else(|| sigbox::asks::key_of(&request.id).to_string());
+    let mut out = AskOut {
+        id: request.id.clone(),
+        key,
+        status: "open".into(),
+        choice: None,
+        message: None,
+        answered_by: None,
+        answered_at: None,
+    };
+    match outcome {
+        Some(Outcome::Answered(a)) => {
+            out.status = "answered".into();
+            out.choice = Some(a.choice.clone());
+            out.message = a.message.clone();
+            out.answered_by = Some(a.by.clone());
+            out.answered_at = Some(instant(a.at));
+        }
+        Some(Outcome::Expired { .. }) => out.status = "expired".into(),
+        None => {}
+    }
+    Json(out)
+}

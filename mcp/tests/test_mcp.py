@@ -115,7 +115,7 @@ class McpServer(unittest.TestCase):
             async with server(self.root) as s:
                 tools = (await s.list_tools()).tools
                 names = sorted(t.name for t in tools)
-                self.assertEqual(names, ["check", "send", "status", "wait"])
+                self.assertEqual(names, ["ask", "check", "send", "status", "wait"])
                 for t in tools:
                     self.assertTrue(t.description and "\n" not in t.description.strip(), t)
                     self.assertEqual(t.input_schema.get("type"), "object", t)
@@ -138,10 +138,18 @@ class McpServer(unittest.TestCase):
                     self.assertIn(word, by["wait"].description)
                 self.assertIn("every agent but you", by["send"].description)
                 self.assertIn("without taking", by["status"].description)
+                self.assertEqual(by["ask"].input_schema.get("required"), ["message"])
+                self.assertEqual(
+                    sorted(by["ask"].input_schema["properties"]),
+                    ["choices", "key", "message", "timeout_s", "to", "wait_s"],
+                )
+                for word in ("key", "cancelled", "open", "timeout_s", "wait_s"):
+                    self.assertIn(word, by["ask"].description)
                 # Structured results, valid against those schemas (the SDK checks), the same
                 # as the text.
                 for name, args in (("check", {}), ("wait", {"timeout_s": 0}), ("status", {}),
-                                   ("send", {"type": "info", "target": "Planner"})):
+                                   ("send", {"type": "info", "target": "Planner"}),
+                                   ("ask", {"message": "ok?", "wait_s": 0})):
                     r = await s.call_tool(name, args)
                     self.assertEqual(r.structured_content, json.loads(r.content[0].text), name)
         self.run_async(go())
@@ -235,6 +243,88 @@ class McpServer(unittest.TestCase):
                 with anyio.fail_after(5):
                     self.assertEqual(text(await s.call_tool("check", {})), {"signals": []})
                 self.assertLess(time.monotonic() - t, 5)
+        self.run_async(go())
+
+    def asks(self, *flags):
+        return [json.loads(l) for l in sigbox(self.root, "--json", "asks", *flags).splitlines()]
+
+    def wait_for_request(self, timeout=20):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            open_ = self.asks()
+            if open_:
+                return open_
+            time.sleep(0.05)
+        raise AssertionError("no request was asked")
+
+    def test_ask_is_answered_by_the_cli_from_another_process(self):
+        async def go():
+            async with server(self.root) as s:
+                def answer():
+                    [req] = self.wait_for_request()
+                    self.assertEqual(req["from"], "Executor")
+                    self.assertEqual(req["choices"], ["yes", "no"])
+                    out = subprocess.run([SIGBOX, "--root", self.root, "answer", req["id"], "yes",
+                                          "go ahead", "--from", "alice"], capture_output=True, text=True)
+                    self.assertEqual(out.returncode, 0, out.stderr)
+                    # A second answer is refused, naming the first.
+                    out = subprocess.run([SIGBOX, "--root", self.root, "answer", req["id"], "no"],
+                                         capture_output=True, text=True)
+                    self.assertEqual(out.returncode, 2, out)
+                    self.assertIn('already answered "yes" by alice', out.stderr)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(anyio.to_thread.run_sync, answer)
+                    with anyio.fail_after(30):
+                        r = await s.call_tool("ask", {"message": "deploy?", "choices": ["yes", "no"],
+                                                      "wait_s": 60})
+                got = text(r)
+                self.assertEqual(r.structured_content, got)
+                self.assertEqual((got["status"], got["choice"], got["message"], got["answered_by"]),
+                                 ("answered", "yes", "go ahead", "alice"), got)
+                self.assertEqual(got["id"], "Executor." + got["key"])
+                # Asked again with its key (the same question): the same request, answered.
+                again = text(await s.call_tool("ask", {"message": "deploy?", "choices": ["yes", "no"],
+                                                       "key": got["key"], "wait_s": 0}))
+                self.assertEqual(again, got)
+                self.assertEqual(len(self.asks("--all")), 1)
+        self.run_async(go())
+
+    def test_a_cancelled_ask_keeps_the_request(self):
+        async def go():
+            async with server(self.root) as s:
+                t = time.monotonic()
+                with anyio.move_on_after(0.5):
+                    await s.call_tool("ask", {"message": "migrate?", "key": "m1", "wait_s": 600})
+                # The server took the cancellation: it answers at once afterwards.
+                with anyio.fail_after(5):
+                    self.assertEqual(text(await s.call_tool("check", {})), {"signals": []})
+                self.assertLess(time.monotonic() - t, 5)
+                [req] = self.asks()
+                self.assertEqual((req["id"], req["status"]), ("Executor.m1", "open"))
+                # Another question under the key is refused, naming it; nothing is written.
+                r = await s.call_tool("ask", {"message": "something else?", "key": "m1"})
+                self.assertTrue(r.is_error)
+                self.assertIn('"m1"', r.content[0].text)
+                # An ask that ends by wait_s says open and keeps the request.
+                got = text(await s.call_tool("ask", {"message": "migrate?", "key": "m1", "wait_s": 0.2}))
+                self.assertEqual((got["status"], got["key"]), ("open", "m1"))
+                sigbox(self.root, "answer", "Executor.m1", "approve", "--from", "bob")
+                got = text(await s.call_tool("ask", {"message": "migrate?", "key": "m1"}))
+                self.assertEqual((got["status"], got["choice"], got["answered_by"]),
+                                 ("answered", "approve", "bob"))
+                self.assertEqual(len(self.asks("--all")), 1)
+                # A deadline: past it, expired, and a late answer refused.
+                got = text(await s.call_tool("ask", {"message": "now?", "key": "d1", "timeout_s": 0.3}))
+                self.assertEqual(got["status"], "expired")
+                out = subprocess.run([SIGBOX, "--root", self.root, "answer", "Executor.d1", "approve"],
+                                     capture_output=True, text=True)
+                self.assertEqual(out.returncode, 2)
+                self.assertIn("expired", out.stderr)
+                # Arguments a model can correct are tool errors.
+                for bad in ({"message": "x", "choices": []}, {"message": "x", "key": "../k"},
+                            {"message": "x", "wait_s": -1}, {"message": "x", "timeout_s": "soon"}):
+                    r = await s.call_tool("ask", bad)
+                    self.assertTrue(r.is_error, bad)
         self.run_async(go())
 
     def test_malformed_requests_do_not_end_the_server(self):

@@ -140,6 +140,7 @@ fn refusal_kind(r: &Refusal) -> &'static str {
         Refusal::Answered { .. } => "answered",
         Refusal::Expired { .. } => "expired",
         Refusal::NotOffered { .. } => "not_offered",
+        Refusal::Elsewhere { .. } => "elsewhere",
     }
 }
 

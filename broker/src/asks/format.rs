@@ -85,7 +85,7 @@ fn opt_text(m: &Map<String, Value>, field: &str) -> Result<Option<String>, Strin
     }
 }
 
-fn object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
+pub(crate) fn object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
     let text = std::str::from_utf8(crate::body::strip_bom(bytes))
         .map_err(|_| "not UTF-8 text".to_string())?;
     match crate::body::parse_json(text)? {
@@ -217,7 +217,19 @@ impl Request {
 
 impl Outcome {
     /// The file's bytes for `request` (whose file holds `request_bytes`).
+    #[cfg(test)]
     pub(crate) fn bytes(&self, request: &Request, request_bytes: &[u8]) -> Vec<u8> {
+        self.bytes_with(request, request_bytes, &Map::new())
+    }
+
+    /// [`Outcome::bytes`] with `extra` fields after the outcome's own (an answer proposed on
+    /// another host: `proposal`, `answered_on`, spec/asks.md §8).
+    pub(crate) fn bytes_with(
+        &self,
+        request: &Request,
+        request_bytes: &[u8],
+        extra: &Map<String, Value>,
+    ) -> Vec<u8> {
         let base = json!({
             "kind": OUTCOME_KIND, "id": request.id, "request": id::digest(request_bytes),
         });
@@ -237,6 +249,9 @@ impl Outcome {
                 m.insert("expired_at".into(), instant(*at).into());
                 m.insert("expired_by".into(), by.clone().into());
             }
+        }
+        for (k, v) in extra {
+            m.entry(k.clone()).or_insert_with(|| v.clone());
         }
         let mut v = serde_json::to_vec(&Value::Object(m)).unwrap_or_default();
         v.push(b'\n');

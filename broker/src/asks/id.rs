@@ -87,17 +87,17 @@ pub fn id_problem(id: &str) -> Option<String> {
 }
 
 /// The agent part of a valid id.
-pub(crate) fn agent_of(id: &str) -> &str {
+pub fn agent_of(id: &str) -> &str {
     id.split_once('.').map_or(id, |(a, _)| a)
 }
 
 /// The key part of a valid id.
-pub(crate) fn key_of(id: &str) -> &str {
+pub fn key_of(id: &str) -> &str {
     id.split_once('.').map_or("", |(_, k)| k)
 }
 
 /// FNV-1a, 64 bits, as 16 lower-case hex digits: the digest an outcome carries of its request.
-pub(crate) fn digest(bytes: &[u8]) -> String {
+pub fn digest(bytes: &[u8]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);

@@ -5,7 +5,11 @@
 //! |---|---|---|
 //! | `id.rs` | ids, keys, choices, names: the rules | §2 |
 //! | `format.rs` | the request and outcome files, and what is checked when read | §3, §4, §6 |
-//! | `mod.rs` | the handle: ask, answer, expire, list, quarantine | §3-§7 |
+//! | `new_ask.rs` | a request before it is written, checked | §3 |
+//! | `refusal.rs` | why an answer is not taken, one line each | §4 |
+//! | `listing.rs` | where each request stands; the listing | §7 |
+//! | `remote.rs` | requests asked on another host: imports, proposals, outcomes carried | §8 |
+//! | `mod.rs` | the handle: ask, answer, expire, quarantine | §3-§6 |
 //!
 //! Waiting for an outcome is the client's (`sigbox_client::wait_outcome`): this module
 //! never blocks.
@@ -30,18 +34,26 @@
 
 mod format;
 mod id;
+mod listing;
+mod new_ask;
+mod refusal;
+mod remote;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::json;
 
 pub use format::{Answer, Outcome, Request, instant};
 pub use id::{
-    DEFAULT_CHOICES, ask_id, choice_problem, choices_problem, id_problem, key_problem,
-    person_problem,
+    DEFAULT_CHOICES, agent_of, ask_id, choice_problem, choices_problem, digest, id_problem, key_of,
+    key_problem, person_problem,
 };
+pub use listing::{AskState, Listing, Status};
+pub use new_ask::{Asked, NewAsk};
+pub use refusal::Refusal;
+use refusal::refused_by;
+pub use remote::{AnswerAnywhere, AskFiles, ImportedAsk, Proposal, ProposalStatus};
 
 use crate::atomic::{self, Claimed, Clobber, Placed};
 use crate::error::{Error, ErrorKind, Result};
@@ -56,250 +68,10 @@ pub const REQUEST_CAP: u64 = 1 << 20;
 /// The largest outcome file read, in bytes.
 pub const OUTCOME_CAP: u64 = 64 << 10;
 /// How many times an answer retries after quarantining a file that took the outcome's name.
-const RETRIES: usize = 8;
+pub(crate) const RETRIES: usize = 8;
 
-const REQUEST_SUFFIX: &str = ".request.json";
-const OUTCOME_SUFFIX: &str = ".outcome.json";
-
-/// A request to ask, before it is written (spec/asks.md §3).
-#[derive(Clone, Debug)]
-pub struct NewAsk {
-    from: String,
-    to: Option<String>,
-    message: String,
-    choices: Vec<String>,
-    timeout: Option<Duration>,
-    key: Option<String>,
-    context: Option<Value>,
-}
-
-impl NewAsk {
-    /// A request from the agent `from` with `message`, the default choices, no deadline, no
-    /// key.
-    pub fn new(from: &str, message: &str) -> NewAsk {
-        NewAsk {
-            from: from.to_string(),
-            to: None,
-            message: message.to_string(),
-            choices: DEFAULT_CHOICES.iter().map(|c| c.to_string()).collect(),
-            timeout: None,
-            key: None,
-            context: None,
-        }
-    }
-
-    /// Whom it is for (a person's name, `Orchestrator`); default: anyone.
-    pub fn to(mut self, whom: &str) -> NewAsk {
-        self.to = Some(whom.to_string());
-        self
-    }
-
-    /// The choices offered; default `approve`, `deny`.
-    pub fn choices<I: IntoIterator<Item = S>, S: Into<String>>(mut self, c: I) -> NewAsk {
-        self.choices = c.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// The deadline, this long after asking; default: none.
-    pub fn timeout(mut self, t: Duration) -> NewAsk {
-        self.timeout = Some(t);
-        self
-    }
-
-    /// The key: the id is then `<from>.<key>`, the same at every ask (re-attach).
-    pub fn key(mut self, key: &str) -> NewAsk {
-        self.key = Some(key.to_string());
-        self
-    }
-
-    /// What it is about (an object: `tool_name`, `tool_input`, ...).
-    pub fn context(mut self, context: Value) -> NewAsk {
-        self.context = Some(context);
-        self
-    }
-
-    fn problem(&self) -> Option<String> {
-        if let Some(why) = crate::signal::agent_name_problem(&self.from) {
-            return Some(format!("invalid agent name {:?}: {why}", self.from));
-        }
-        if let Some(why) = self.to.as_deref().and_then(person_problem) {
-            return Some(format!(
-                "invalid --to {:?}: {why}",
-                self.to.as_deref().unwrap_or("")
-            ));
-        }
-        if let Some(why) = self.key.as_deref().and_then(key_problem) {
-            return Some(format!("invalid key: {why}"));
-        }
-        if let Some(why) = choices_problem(&self.choices) {
-            return Some(format!("invalid choices: {why}"));
-        }
-        if self.context.as_ref().is_some_and(|c| !c.is_object()) {
-            return Some("the context is not an object".into());
-        }
-        None
-    }
-}
-
-/// What [`Asks::ask`] did.
-#[derive(Clone, Debug)]
-pub struct Asked {
-    /// The request, as on disk.
-    pub request: Request,
-    /// True when the id was asked before (a key used again): no second request was written,
-    /// this is the first one (re-attach, spec/asks.md §3).
-    pub attached: bool,
-    /// Its outcome when it already has one (a re-attach after an answer or an expiry).
-    pub outcome: Option<Outcome>,
-}
-
-/// Why an answer was not taken (spec/asks.md §4): one line each, by [`std::fmt::Display`].
-#[derive(Clone, Debug, PartialEq)]
-pub enum Refusal {
-    /// The id breaks the rule of spec/asks.md §2.
-    InvalidId {
-        /// The id given.
-        id: String,
-        /// What breaks the rule.
-        why: String,
-    },
-    /// The answerer's name is empty, too long or holds a control character.
-    InvalidName {
-        /// What is wrong.
-        why: String,
-    },
-    /// There is no request with this id.
-    Unknown {
-        /// The id.
-        id: String,
-    },
-    /// The request file is not a valid request.
-    InvalidRequest {
-        /// The request file.
-        path: PathBuf,
-        /// Why.
-        why: String,
-    },
-    /// The request has its answer already.
-    Answered {
-        /// The id.
-        id: String,
-        /// When it was asked.
-        asked_at: DateTime<Utc>,
-        /// The one answer.
-        answer: Answer,
-    },
-    /// The deadline passed with no answer.
-    Expired {
-        /// The id.
-        id: String,
-        /// The deadline.
-        deadline: Option<DateTime<Utc>>,
-    },
-    /// The choice is not one the request offers.
-    NotOffered {
-        /// The id.
-        id: String,
-        /// The choice given.
-        choice: String,
-        /// The choices offered.
-        choices: Vec<String>,
-    },
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refusal::InvalidId { id, why } => write!(f, "invalid request id {id:?}: {why}"),
-            Refusal::InvalidName { why } => write!(f, "invalid answerer name: {why}"),
-            Refusal::Unknown { id } => write!(f, "{id}: no such request"),
-            Refusal::InvalidRequest { path, why } => {
-                write!(f, "{}: not a valid request: {why}", path.display())
-            }
-            Refusal::Answered {
-                id,
-                asked_at,
-                answer,
-            } => {
-                let took = (answer.at - *asked_at).num_milliseconds().max(0) as f64 / 1000.0;
-                write!(
-                    f,
-                    "{id}: already answered {:?} by {} at {} (took {took:.1} s)",
-                    answer.choice,
-                    answer.by,
-                    instant(answer.at)
-                )
-            }
-            Refusal::Expired { id, deadline } => match deadline {
-                Some(d) => write!(f, "{id}: expired at {} with no answer", instant(*d)),
-                None => write!(f, "{id}: expired with no answer"),
-            },
-            Refusal::NotOffered {
-                id,
-                choice,
-                choices,
-            } => write!(
-                f,
-                "{id}: {choice:?} is not offered ({})",
-                choices.join(", ")
-            ),
-        }
-    }
-}
-
-/// Where a request stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    /// Waiting for its answer.
-    Open,
-    /// Answered.
-    Answered,
-    /// Its deadline passed with no answer (recorded, or not yet recorded).
-    Expired,
-}
-
-impl Status {
-    /// `open`, `answered` or `expired`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Open => "open",
-            Status::Answered => "answered",
-            Status::Expired => "expired",
-        }
-    }
-}
-
-/// One request and its outcome, as [`Asks::list`] finds them.
-#[derive(Clone, Debug)]
-pub struct AskState {
-    /// The request.
-    pub request: Request,
-    /// Its outcome, when it has a valid one.
-    pub outcome: Option<Outcome>,
-    /// The request file.
-    pub path: PathBuf,
-}
-
-impl AskState {
-    /// Where it stands at `now`: a request past its deadline with no outcome is expired.
-    pub fn status(&self, now: DateTime<Utc>) -> Status {
-        match &self.outcome {
-            Some(Outcome::Answered(_)) => Status::Answered,
-            Some(Outcome::Expired { .. }) => Status::Expired,
-            None if self.request.deadline.is_some_and(|d| now >= d) => Status::Expired,
-            None => Status::Open,
-        }
-    }
-}
-
-/// What [`Asks::list`] finds in `asks/`.
-#[derive(Clone, Debug, Default)]
-pub struct Listing {
-    /// Every valid request, oldest first (by `asked_at`, then id).
-    pub requests: Vec<AskState>,
-    /// Request files that are not valid requests: the file and why.
-    pub invalid: Vec<(PathBuf, String)>,
-}
+pub(crate) const REQUEST_SUFFIX: &str = ".request.json";
+pub(crate) const OUTCOME_SUFFIX: &str = ".outcome.json";
 
 /// Requests and their answers in one mailbox root (spec/asks.md). Borrows the mailbox's
 /// handle: the same seam, root descriptor, durability and rename lock.
@@ -537,6 +309,27 @@ impl<'a> Asks<'a> {
         message: Option<&str>,
         by: &str,
     ) -> Result<std::result::Result<Outcome, Refusal>> {
+        if id_problem(id).is_none()
+            && let Some(host) = self.home(id)?
+        {
+            return Ok(Err(Refusal::Elsewhere {
+                id: id.to_string(),
+                host,
+            }));
+        }
+        self.answer_here(id, choice, message, by, &serde_json::Map::new())
+    }
+
+    /// [`Asks::answer`] on this host, whatever the request's home: the outcome, when it is
+    /// this answer, carries `extra` (a proposal applied, spec/asks.md §8).
+    fn answer_here(
+        &self,
+        id: &str,
+        choice: &str,
+        message: Option<&str>,
+        by: &str,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<std::result::Result<Outcome, Refusal>> {
         if let Some(why) = person_problem(by) {
             return Ok(Err(Refusal::InvalidName { why }));
         }
@@ -565,7 +358,7 @@ impl<'a> Asks<'a> {
             by: by.to_string(),
             at: now,
         });
-        Ok(match self.record(&request, &bytes, &mine)? {
+        Ok(match self.record_with(&request, &bytes, &mine, extra)? {
             (o, true) => Ok(o),
             (o, false) => Err(refused_by(&request, o)),
         })
@@ -585,6 +378,10 @@ impl<'a> Asks<'a> {
             return Ok(Some(o));
         }
         if request.deadline.is_none_or(|d| Utc::now() < d) {
+            return Ok(None);
+        }
+        // Asked on another host: its expiry is recorded there, and comes back.
+        if self.home(id)?.is_some() {
             return Ok(None);
         }
         let by = if person_problem(by).is_none() {
@@ -607,8 +404,19 @@ impl<'a> Asks<'a> {
         request_bytes: &[u8],
         outcome: &Outcome,
     ) -> Result<(Outcome, bool)> {
+        self.record_with(request, request_bytes, outcome, &serde_json::Map::new())
+    }
+
+    /// [`Asks::record`], the outcome's file carrying `extra` fields.
+    fn record_with(
+        &self,
+        request: &Request,
+        request_bytes: &[u8],
+        outcome: &Outcome,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(Outcome, bool)> {
         let dest = self.outcome_path(&request.id);
-        let data = outcome.bytes(request, request_bytes);
+        let data = outcome.bytes_with(request, request_bytes, extra);
         for _ in 0..RETRIES {
             let stage = own::stage_name(&self.dir, "send");
             match atomic::write_atomic(self.io(), &stage, &dest, &data, Clobber::No)? {
@@ -665,70 +473,12 @@ impl<'a> Asks<'a> {
         }
         Ok(())
     }
-
-    /// Every request in `asks/`, oldest first, with its outcome; request files that are not
-    /// valid apart. Reads only: an invalid outcome file counts as none here.
-    pub fn list(&self) -> Result<Listing> {
-        let mut out = Listing::default();
-        for e in self.io().list(&self.dir, true)? {
-            let Some(name) = e.name.to_str() else {
-                continue;
-            };
-            let Some(id) = name.strip_suffix(REQUEST_SUFFIX) else {
-                continue;
-            };
-            if name.starts_with('.') {
-                continue;
-            }
-            let path = self.dir.join(name);
-            match self.read_request(id)? {
-                Ok((request, bytes)) => {
-                    let outcome = match self.peek_outcome(&request, &bytes)? {
-                        Some(Ok(o)) => Some(o),
-                        _ => None,
-                    };
-                    out.requests.push(AskState {
-                        request,
-                        outcome,
-                        path,
-                    });
-                }
-                Err(Refusal::Unknown { .. }) => {}
-                Err(r) => {
-                    let why = match r {
-                        Refusal::InvalidRequest { why, .. } | Refusal::InvalidId { why, .. } => why,
-                        other => other.to_string(),
-                    };
-                    out.invalid.push((path, why));
-                }
-            }
-        }
-        out.requests.sort_by(|a, b| {
-            (a.request.asked_at, &a.request.id).cmp(&(b.request.asked_at, &b.request.id))
-        });
-        Ok(out)
-    }
 }
 
 fn expiry(by: &str) -> Outcome {
     Outcome::Expired {
         at: Utc::now(),
         by: by.to_string(),
-    }
-}
-
-/// The refusal an answer gets when `request` has `outcome` already.
-fn refused_by(request: &Request, outcome: Outcome) -> Refusal {
-    match outcome {
-        Outcome::Answered(answer) => Refusal::Answered {
-            id: request.id.clone(),
-            asked_at: request.asked_at,
-            answer,
-        },
-        Outcome::Expired { .. } => Refusal::Expired {
-            id: request.id.clone(),
-            deadline: request.deadline,
-        },
     }
 }
 

@@ -201,3 +201,188 @@ fn a_symlink_in_place_of_asks_is_refused_not_followed() {
     assert_eq!(e.kind(), ErrorKind::PathEscape, "{e}");
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
+
+/// Two roots as two hosts: A, where the request is asked, and B, which imports it.
+fn hosts() -> (tempfile::TempDir, Mailbox, Mailbox) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Mailbox::init(dir.path().join("a")).unwrap();
+    let b = Mailbox::init(dir.path().join("b")).unwrap();
+    (dir, a, b)
+}
+
+fn file(mb: &Mailbox, name: &str) -> Vec<u8> {
+    std::fs::read(mb.root().join("asks").join(name)).unwrap()
+}
+
+fn proposal_bytes(mb: &Mailbox, p: &Proposal) -> Vec<u8> {
+    file(mb, &format!("{}.answer.{}.json", p.id, p.proposal))
+}
+
+#[test]
+fn an_answer_on_another_host_is_proposed_applied_at_home_and_carried_back() {
+    let (_d, a, b) = hosts();
+    let (on_a, on_b) = (Asks::new(&a), Asks::new(&b));
+    on_a.ask(&NewAsk::new("Executor", "deploy?").key("k"))
+        .unwrap();
+    let request = file(&a, "Executor.k.request.json");
+    assert_eq!(
+        on_b.import_request("hostA", &request).unwrap(),
+        ImportedAsk::Written
+    );
+    assert_eq!(
+        on_b.import_request("hostA", &request).unwrap(),
+        ImportedAsk::AlreadyHere
+    );
+    assert_eq!(on_b.home("Executor.k").unwrap().as_deref(), Some("hostA"));
+    assert_eq!(on_a.home("Executor.k").unwrap(), None);
+    // B never records an outcome for it: `answer` says where it is decided.
+    let r = on_b.answer("Executor.k", "approve", None, "bob").unwrap();
+    assert!(matches!(r, Err(Refusal::Elsewhere { .. })), "{r:?}");
+    let AnswerAnywhere::Proposed(p) = on_b
+        .answer_anywhere("Executor.k", "approve", Some("ok"), "bob")
+        .unwrap()
+    else {
+        panic!("not proposed")
+    };
+    assert!(!b.root().join("asks/Executor.k.outcome.json").exists());
+    assert_eq!(on_b.proposal_status(&p).unwrap(), ProposalStatus::Pending);
+    let listed = on_b.list().unwrap();
+    assert_eq!(listed.requests[0].home.as_deref(), Some("hostA"));
+    assert_eq!(listed.requests[0].proposals.len(), 1);
+    // Home applies it: the one answer, naming the proposal.
+    let o = on_a
+        .apply_proposal(&proposal_bytes(&b, &p), "hostB")
+        .unwrap()
+        .unwrap();
+    assert!(matches!(&o, Outcome::Answered(x) if x.by == "bob" && x.choice == "approve"));
+    let outcome = file(&a, "Executor.k.outcome.json");
+    // Applied twice (a second delivery): refused, naming the first.
+    let again = on_a
+        .apply_proposal(&proposal_bytes(&b, &p), "hostB")
+        .unwrap();
+    assert!(again.unwrap_err().contains("already answered"));
+    // A's outcome comes back to B, byte for byte: the proposal won.
+    assert_eq!(on_b.import_outcome(&outcome).unwrap(), ImportedAsk::Written);
+    assert_eq!(
+        on_b.import_outcome(&outcome).unwrap(),
+        ImportedAsk::AlreadyHere
+    );
+    assert_eq!(file(&b, "Executor.k.outcome.json"), outcome);
+    assert_eq!(on_b.proposal_status(&p).unwrap(), ProposalStatus::Won);
+    // Now B refuses a second answer itself.
+    let late = on_b
+        .answer_anywhere("Executor.k", "deny", None, "carol")
+        .unwrap();
+    assert!(matches!(
+        late,
+        AnswerAnywhere::Refused(Refusal::Answered { .. })
+    ));
+    // A's own outcome is never replaced by an import.
+    assert!(matches!(
+        on_a.import_outcome(&outcome).unwrap(),
+        ImportedAsk::Refused(_)
+    ));
+}
+
+#[test]
+fn racing_answers_on_two_hosts_one_wins_and_the_loser_is_told() {
+    let (_d, a, b) = hosts();
+    let (on_a, on_b) = (Asks::new(&a), Asks::new(&b));
+    on_a.ask(&NewAsk::new("Executor", "deploy?").key("r"))
+        .unwrap();
+    let request = file(&a, "Executor.r.request.json");
+    on_b.import_request("hostA", &request).unwrap();
+    let AnswerAnywhere::Proposed(p) = on_b
+        .answer_anywhere("Executor.r", "deny", None, "bob")
+        .unwrap()
+    else {
+        panic!("not proposed")
+    };
+    // A's own answer is first.
+    assert!(
+        on_a.answer("Executor.r", "approve", None, "alice")
+            .unwrap()
+            .is_ok()
+    );
+    let refused = on_a
+        .apply_proposal(&proposal_bytes(&b, &p), "hostB")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        refused.contains("already answered \"approve\" by alice"),
+        "{refused}"
+    );
+    on_b.import_outcome(&file(&a, "Executor.r.outcome.json"))
+        .unwrap();
+    assert_eq!(on_b.proposal_status(&p).unwrap(), ProposalStatus::Lost);
+    let listed = on_b.list().unwrap();
+    assert_eq!(listed.requests[0].proposals[0].1, ProposalStatus::Lost);
+}
+
+#[test]
+fn imports_that_are_not_what_they_say_are_refused() {
+    let (_d, a, b) = hosts();
+    let (on_a, on_b) = (Asks::new(&a), Asks::new(&b));
+    on_a.ask(&NewAsk::new("Executor", "deploy?").key("h"))
+        .unwrap();
+    on_b.ask(&NewAsk::new("Executor", "other?").key("h"))
+        .unwrap();
+    // B has its own request under the id: the import is refused, nothing marked.
+    let request = file(&a, "Executor.h.request.json");
+    assert!(matches!(
+        on_b.import_request("hostA", &request).unwrap(),
+        ImportedAsk::Refused(_)
+    ));
+    assert_eq!(on_b.home("Executor.h").unwrap(), None);
+    // An outcome for B's own request, from elsewhere: refused.
+    on_a.answer("Executor.h", "approve", None, "alice")
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        on_b.import_outcome(&file(&a, "Executor.h.outcome.json"))
+            .unwrap(),
+        ImportedAsk::Refused(_)
+    ));
+    assert!(!b.root().join("asks/Executor.h.outcome.json").exists());
+    // Not a request, an invalid id, a proposal that is not one.
+    for bad in [
+        &b"[]"[..],
+        br#"{"id":"../x"}"#,
+        br#"{"kind":"sigbox.ask","id":"A.k"}"#,
+    ] {
+        assert!(matches!(
+            on_b.import_request("hostA", bad).unwrap(),
+            ImportedAsk::Refused(_)
+        ));
+    }
+    assert!(on_a.apply_proposal(b"{}", "hostB").unwrap().is_err());
+    // A proposal for an earlier request under a reused id (its digest): refused.
+    let forged = serde_json::json!({"kind": "sigbox.proposal", "id": "Executor.h",
+        "request": "0000000000000000", "proposal": "0".repeat(32), "home": "hostA",
+        "choice": "deny", "answered_by": "mallory", "proposed_at": "2026-01-01T00:00:00Z"});
+    let r = on_a
+        .apply_proposal(forged.to_string().as_bytes(), "hostB")
+        .unwrap();
+    assert!(r.is_err());
+    // On a host that imported a request, an outcome dropped by hand gives way to the home's.
+    on_a.ask(&NewAsk::new("Executor", "more?").key("f"))
+        .unwrap();
+    on_b.import_request("hostA", &file(&a, "Executor.f.request.json"))
+        .unwrap();
+    on_a.answer("Executor.f", "deny", None, "alice")
+        .unwrap()
+        .unwrap();
+    let real = file(&a, "Executor.f.outcome.json");
+    let forged = String::from_utf8(real.clone())
+        .unwrap()
+        .replace("\"deny\"", "\"approve\"")
+        .replace("alice", "mallory");
+    std::fs::write(b.root().join("asks/Executor.f.outcome.json"), &forged).unwrap();
+    assert_eq!(on_b.import_outcome(&real).unwrap(), ImportedAsk::Written);
+    assert_eq!(file(&b, "Executor.f.outcome.json"), real);
+    assert!(b.root().join("rejected/Executor.f.outcome.json").exists());
+    // A marker that is not one: an error naming it, for whoever answers.
+    std::fs::write(b.root().join("asks/Executor.h.home.json"), "junk").unwrap();
+    let e = on_b.answer("Executor.h", "approve", None, "x").unwrap_err();
+    assert!(e.to_string().contains("Executor.h.home.json"), "{e}");
+}

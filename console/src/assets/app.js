@@ -214,7 +214,11 @@
         headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
       });
       const v = await r.json().catch(() => ({ error: 'HTTP ' + r.status }));
-      if (r.ok) {
+      if (r.status === 202) {
+        out.className = 'ask-result ok';
+        out.textContent = 'proposed ' + v.proposed + ' as ' + v.answered_by + ' to host ' + v.home +
+          ', where it was asked and which decides: the outcome shows here when it comes back';
+      } else if (r.ok) {
         out.className = 'ask-result ok';
         out.textContent = 'answered ' + v.choice + ' as ' + v.answered_by;
       } else {

@@ -302,7 +302,9 @@ class AnswerRefused(SigboxError):
     """An answer that was not taken: `reason` says why in one line (who answered first, with
     what and when; the deadline it missed; the choices offered; no such request), `kind` is
     one of "answered", "expired", "not_offered", "unknown", "invalid_id", "invalid_request",
-    "invalid_name", and `id` the request's id."""
+    "invalid_name", "elsewhere" (asked on another host, which decides: answer it there, or
+    with `sigbox answer`, which proposes the answer through the bridge), and `id` the
+    request's id."""
 
     kind: str
     id: str

@@ -193,12 +193,12 @@ See spec/hooks.md for what each signal becomes, per runtime and event.")]
   sigbox ask --as Executor --timeout 10m \"deploy to prod?\"
   sigbox ask --as Executor --key deploy-42 --choices yes,no,later \"migrate now?\"
 See spec/asks.md.")]
-    Ask(crate::cmd::asks::AskArgs),
+    Ask(AskArgs),
     /// Answer a request: exit 0 for the one answer, 2 naming why otherwise.
     #[command(
         after_help = "Example:\n  sigbox answer Executor.deploy-42 approve \"go ahead\" --from alice"
     )]
-    Answer(crate::cmd::asks::AnswerArgs),
+    Answer(AnswerArgs),
     /// List the open requests, oldest first.
     #[command(after_help = "Examples:\n  sigbox asks\n  sigbox asks --all --json")]
     Asks {
@@ -286,6 +286,11 @@ pub(crate) enum HooksCmd {
         /// The agent's state, passed to every hook call.
         #[arg(long)]
         state: Option<String>,
+        /// Also the PermissionRequest hook (Claude Code, Codex): each approval prompt is
+        /// first asked of a person through `sigbox asks`/`answer`; with no answer in time
+        /// the runtime's own prompt follows (spec/hooks.md, "Permission requests").
+        #[arg(long)]
+        permissions: bool,
     },
     /// Remove sigbox's hook entries from the runtime's settings, keeping everything else.
     #[command(after_help = "Example:\n  sigbox hooks uninstall claude --project .")]
@@ -567,4 +572,49 @@ mod tests {
         use clap::CommandFactory;
         Cli::command().debug_assert();
     }
+}
+
+/// `sigbox ask`.
+#[derive(Debug, Args)]
+pub(crate) struct AskArgs {
+    /// The asking agent.
+    #[arg(long = "as")]
+    pub(crate) agent: String,
+    /// Whom it is for (a person's name, Orchestrator); default: anyone.
+    #[arg(long)]
+    pub(crate) to: Option<String>,
+    /// The answers offered, comma-separated.
+    #[arg(long, default_value = "approve,deny", value_delimiter = ',')]
+    pub(crate) choices: Vec<String>,
+    /// The deadline, this long from now (a number and its unit: ms, s, m, h); past it the
+    /// request expires and `ask` exits 1. Default: none.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
+    /// A stable key: the request's id is <agent>.<key>, so an asker started again re-attaches
+    /// to its request (and gets the answer given meanwhile) instead of asking twice.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+    /// Print the request's id once it is durable, and return without waiting.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+    /// The question (`-`: read it from stdin).
+    pub(crate) message: String,
+}
+
+/// `sigbox answer`.
+#[derive(Debug, Args)]
+pub(crate) struct AnswerArgs {
+    /// The request's id (`sigbox asks` lists them).
+    pub(crate) id: String,
+    /// One of the choices the request offers.
+    pub(crate) choice: String,
+    /// What to say with it.
+    pub(crate) message: Option<String>,
+    /// Who answers [default: $USER, else "person"].
+    #[arg(long)]
+    pub(crate) from: Option<String>,
+    /// For a request asked on another host (through the bridge): how long to wait for that
+    /// host to take or refuse the answer.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub(crate) wait: Duration,
 }

@@ -3,57 +3,19 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
-use clap::Args;
 use serde_json::{Value, json};
-use sigbox::asks::{AskState, Asks, NewAsk, Outcome, Request, Status, instant};
-use sigbox_client::{Waited, parse_duration};
+use sigbox::asks::{
+    AnswerAnywhere, AskState, Asks, NewAsk, Outcome, ProposalStatus, Refusal, Request, Status,
+    instant,
+};
+use sigbox_client::Waited;
 
+use crate::cli::{AnswerArgs, AskArgs};
 use crate::output::{Out, escape, path_json};
-
-/// `sigbox ask`.
-#[derive(Debug, Args)]
-pub(crate) struct AskArgs {
-    /// The asking agent.
-    #[arg(long = "as")]
-    pub(crate) agent: String,
-    /// Whom it is for (a person's name, Orchestrator); default: anyone.
-    #[arg(long)]
-    pub(crate) to: Option<String>,
-    /// The answers offered, comma-separated.
-    #[arg(long, default_value = "approve,deny", value_delimiter = ',')]
-    pub(crate) choices: Vec<String>,
-    /// The deadline, this long from now (a number and its unit: ms, s, m, h); past it the
-    /// request expires and `ask` exits 1. Default: none.
-    #[arg(long, value_parser = parse_duration)]
-    pub(crate) timeout: Option<Duration>,
-    /// A stable key: the request's id is <agent>.<key>, so an asker started again re-attaches
-    /// to its request (and gets the answer given meanwhile) instead of asking twice.
-    #[arg(long)]
-    pub(crate) key: Option<String>,
-    /// Print the request's id once it is durable, and return without waiting.
-    #[arg(long)]
-    pub(crate) no_wait: bool,
-    /// The question (`-`: read it from stdin).
-    pub(crate) message: String,
-}
-
-/// `sigbox answer`.
-#[derive(Debug, Args)]
-pub(crate) struct AnswerArgs {
-    /// The request's id (`sigbox asks` lists them).
-    pub(crate) id: String,
-    /// One of the choices the request offers.
-    pub(crate) choice: String,
-    /// What to say with it.
-    pub(crate) message: Option<String>,
-    /// Who answers [default: $USER, else "person"].
-    #[arg(long)]
-    pub(crate) from: Option<String>,
-}
 
 /// An agent name from `--as`: a known role in any case is that role.
 fn agent_name(name: &str) -> anyhow::Result<String> {
@@ -182,18 +144,64 @@ pub(crate) fn answer(root: &Path, args: AnswerArgs, out: &mut Out) -> anyhow::Re
     };
     let mb = super::open(root)?;
     let asks = Asks::new(&mb);
-    match asks.answer(&args.id, &args.choice, args.message.as_deref(), &by)? {
-        Ok(Outcome::Answered(a)) => {
-            out.emit(
-                &json!({"id": args.id, "choice": a.choice, "message": a.message,
-                        "answered_by": a.by, "answered_at": instant(a.at)}),
-                || format!("{}: answered {} by {}", args.id, a.choice, a.by),
-            )?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Ok(Outcome::Expired { .. }) => anyhow::bail!("{}: expired with no answer", args.id),
-        Err(refusal) => Err(anyhow::anyhow!("{refusal}")),
+    let p = match asks.answer_anywhere(&args.id, &args.choice, args.message.as_deref(), &by)? {
+        AnswerAnywhere::Recorded(o) => return print_answer(out, &args.id, &o, None),
+        AnswerAnywhere::Refused(refusal) => return Err(anyhow::anyhow!("{refusal}")),
+        AnswerAnywhere::Proposed(p) => p,
+    };
+    // Asked on another host, which decides (spec/asks.md §8): the proposal is durable here;
+    // the bridge carries it there and brings the outcome back.
+    let until = Instant::now() + args.wait;
+    let waited = sigbox_client::wait_outcome(
+        &mb,
+        &p.id,
+        &by,
+        Some(Duration::from_millis(250)),
+        &mut || Instant::now() >= until,
+    )?;
+    match waited {
+        Waited::Outcome(o) => match asks.proposal_status(&p)? {
+            ProposalStatus::Won => print_answer(out, &args.id, &o, Some(&p.home)),
+            _ => {
+                let r = asks.request_checked(&p.id)?;
+                Err(anyhow::anyhow!("{}", Refusal::of(&r, o)))
+            }
+        },
+        Waited::Stopped => anyhow::bail!(
+            "{}: proposed {:?} to host {}, where it was asked and which decides; no outcome came \
+             back within {:?} (is the bridge running on both hosts?): it may still be taken, \
+             `sigbox asks --all` shows it when it comes",
+            p.id,
+            p.choice,
+            p.home,
+            args.wait
+        ),
     }
+}
+
+/// Prints the one answer `answer` gave (exit 0); an expiry is an error.
+fn print_answer(
+    out: &mut Out,
+    id: &str,
+    o: &Outcome,
+    decided_on: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let Outcome::Answered(a) = o else {
+        anyhow::bail!("{id}: expired with no answer");
+    };
+    let mut v = json!({"id": id, "choice": a.choice, "message": a.message,
+                       "answered_by": a.by, "answered_at": instant(a.at)});
+    if let Some(h) = decided_on {
+        v["decided_on"] = json!(h);
+    }
+    out.emit(&v, || match decided_on {
+        Some(h) => format!(
+            "{id}: answered {} by {} (taken on host {h})",
+            a.choice, a.by
+        ),
+        None => format!("{id}: answered {} by {}", a.choice, a.by),
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One request as `asks` and `log` show it.
@@ -214,7 +222,11 @@ fn state_json(s: &AskState, now: chrono::DateTime<Utc>) -> Value {
         "status": s.status(now).as_str(), "choice": choice, "answer_message": message,
         "answered_by": by, "answered_at": at,
         "took_ms": s.outcome.as_ref().and_then(|o| took_ms(r, o)),
-        "context": r.context, "path": path_json(&s.path),
+        "context": r.context, "path": path_json(&s.path), "home": s.home,
+        "proposals": s.proposals.iter().map(|(p, st)| json!({
+            "proposal": p.proposal, "choice": p.choice, "message": p.message,
+            "answered_by": p.by, "proposed_at": instant(p.at), "status": st.as_str(),
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -237,6 +249,17 @@ fn state_human(s: &AskState, now: chrono::DateTime<Utc>) -> String {
             a.choice,
             a.by,
             instant(a.at)
+        ));
+    }
+    if let Some(h) = &s.home {
+        line.push_str(&format!("  (asked on {h})"));
+    }
+    for (p, st) in &s.proposals {
+        line.push_str(&format!(
+            "  proposed {} by {}: {}",
+            p.choice,
+            p.by,
+            st.as_str()
         ));
     }
     escape(&line).into_owned()

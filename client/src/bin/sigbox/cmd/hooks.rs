@@ -34,13 +34,23 @@ pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<E
             agent,
             place,
             state,
+            permissions,
         } => (
             runtime,
             place,
-            Some((super::mailbox::agent_name(&agent)?, state)),
+            Some((super::mailbox::agent_name(&agent)?, state, permissions)),
         ),
         HooksCmd::Uninstall { runtime, place } => (runtime, place, None),
     };
+    let permissions = entry.as_ref().is_some_and(|e| e.2);
+    if permissions && runtime == Runtime::Copilot {
+        bail!(
+            "--permissions: the PermissionRequest hook is offered for Claude Code and Codex; \
+             Copilot's permissionRequest event is not answered by `sigbox hook copilot`, so \
+             no entry is written for it (install without --permissions)"
+        );
+    }
+    let slots = slots(runtime, permissions);
     let file = settings_file(runtime, &place)?;
     let install = entry.is_some();
     if install && runtime == Runtime::Codex {
@@ -58,14 +68,14 @@ pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<E
         None
     };
     if install {
-        check_shape(runtime, &file, &text)?;
+        check_shape(runtime, &file, &text, &slots)?;
     }
     let removed = remove_ours(runtime, &quoted_root(root)?, &file, &mut text)?;
     let mut added = 0;
-    if let Some((agent, state)) = &entry {
-        for &event in Event::installed(runtime) {
-            let command = command_line(root, runtime, agent, state.as_deref(), event)?;
-            add(runtime, &file, &mut text, event, command)?;
+    if let Some((agent, state, _)) = &entry {
+        for slot in &slots {
+            let command = command_line(root, runtime, agent, state.as_deref(), slot.name)?;
+            add(runtime, &file, &mut text, slot, command)?;
             added += 1;
         }
     }
@@ -126,6 +136,39 @@ pub(crate) fn run(root: &Path, cmd: HooksCmd, out: &mut Out) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
+/// One entry `hooks install` writes: the runtime's name for its event, and whether it takes
+/// a matcher (the tool events: `"*"`, every tool).
+pub(crate) struct Slot {
+    pub(crate) name: &'static str,
+    pub(crate) matcher: bool,
+}
+
+/// The event Claude Code and Codex fire before they show an approval prompt (spec/hooks.md,
+/// "Permission requests"); its matcher is the tool name, as PreToolUse's.
+pub(crate) const PERMISSION_REQUEST: &str = "PermissionRequest";
+
+/// The entries an install writes for `runtime`: every event sigbox answers in, and the
+/// PermissionRequest event when `permissions` (Claude Code and Codex).
+fn slots(runtime: Runtime, permissions: bool) -> Vec<Slot> {
+    let mut slots: Vec<Slot> = Event::installed(runtime)
+        .iter()
+        .map(|&e| Slot {
+            name: e.name(runtime),
+            matcher: matches!(e, Event::PreTool | Event::PostTool),
+        })
+        .collect();
+    if permissions
+        && runtime != Runtime::Copilot
+        && !slots.iter().any(|s| s.name == PERMISSION_REQUEST)
+    {
+        slots.push(Slot {
+            name: PERMISSION_REQUEST,
+            matcher: true,
+        });
+    }
+    slots
+}
+
 /// The settings file a runtime reads hooks from, for a project or the user.
 fn settings_file(runtime: Runtime, place: &HooksPlace) -> anyhow::Result<PathBuf> {
     let home = |var: &str, dir: &str| -> anyhow::Result<PathBuf> {
@@ -179,7 +222,7 @@ fn command_line(
     runtime: Runtime,
     agent: &str,
     state: Option<&str>,
-    event: Event,
+    event: &str,
 ) -> anyhow::Result<String> {
     let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
     let root = std::path::absolute(root)
@@ -205,7 +248,7 @@ fn command_line(
         words.extend(["--state".into(), quote(s)]);
     }
     if runtime == Runtime::Copilot {
-        words.extend(["--event".into(), event.name(runtime).into()]);
+        words.extend(["--event".into(), event.into()]);
     }
     Ok(words.join(" "))
 }

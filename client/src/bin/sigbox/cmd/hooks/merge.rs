@@ -6,9 +6,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::settings::parsed;
-use super::{TIMEOUT_S, is_ours, jsonc};
+use super::{Slot, TIMEOUT_S, is_ours, jsonc};
 use crate::cli::Runtime;
-use crate::cmd::hook::Event;
 
 /// Removes every sigbox entry for `runtime` from `text`, and the groups and events (and, but
 /// in Copilot's own file, the `hooks` object) that their removal leaves empty: each removal
@@ -87,26 +86,28 @@ pub(crate) fn remove_ours(
     Ok(removed)
 }
 
-/// Adds sigbox's entry for `event` at the end of its list, laid out as the file is.
+/// Adds sigbox's entry for the event of `slot` at the end of its list, laid out as the file
+/// is.
 pub(crate) fn add(
     runtime: Runtime,
     file: &Path,
     text: &mut String,
-    event: Event,
+    slot: &Slot,
     command: String,
 ) -> anyhow::Result<()> {
     let entry = match runtime {
         Runtime::Copilot => json!({"type": "command", "bash": command, "timeoutSec": TIMEOUT_S}),
         _ => {
             let hook = json!({"type": "command", "command": command, "timeout": TIMEOUT_S});
-            match event {
-                // Tool events match every tool; the others take no matcher.
-                Event::PreTool | Event::PostTool => json!({"matcher": "*", "hooks": [hook]}),
-                _ => json!({"hooks": [hook]}),
+            // Tool events match every tool; the others take no matcher.
+            if slot.matcher {
+                json!({"matcher": "*", "hooks": [hook]})
+            } else {
+                json!({"hooks": [hook]})
             }
         }
     };
-    let key = event.name(runtime);
+    let key = slot.name;
     let doc = parsed(file, text)?;
     let piece = |key: Option<&str>, value: Value| jsonc::Piece {
         key: key.map(str::to_string),

@@ -9,9 +9,8 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use super::jsonc;
-use super::{new_file, product};
+use super::{Slot, new_file, product};
 use crate::cli::Runtime;
-use crate::cmd::hook::Event;
 
 /// The biggest settings file read.
 pub(crate) const MAX_SETTINGS: u64 = 4 << 20;
@@ -142,7 +141,12 @@ pub(crate) fn parsed(file: &Path, text: &str) -> anyhow::Result<jsonc::Doc> {
 /// root that is not an object, a `hooks` or a `hooks.EVENT` sigbox writes to holding another
 /// thing than the runtime reads there (`null`, and an empty array for `hooks`, hold nothing
 /// and are replaced), a Copilot file whose `version` is not 1.
-pub(crate) fn check_shape(runtime: Runtime, file: &Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn check_shape(
+    runtime: Runtime,
+    file: &Path,
+    text: &str,
+    slots: &[Slot],
+) -> anyhow::Result<()> {
     let doc = parsed(file, text)?;
     let name = product(runtime);
     let first_comment = doc.comments.first().map(|c| (c.0, "a comment"));
@@ -209,8 +213,8 @@ pub(crate) fn check_shape(runtime: Runtime, file: &Path, text: &str) -> anyhow::
             hooks.value.what()
         ),
     }
-    for &event in Event::installed(runtime) {
-        let key = event.name(runtime);
+    for slot in slots {
+        let key = slot.name;
         if let Some((_, m)) = hooks.value.member(key) {
             match &m.value.kind {
                 jsonc::Kind::Array(_) | jsonc::Kind::Scalar(Value::Null) => {}
