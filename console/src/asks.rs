@@ -13,8 +13,8 @@ use sigbox::Mailbox;
 use sigbox::asks::{AnswerAnywhere, AskState, Asks, Outcome, Refusal, Status, instant};
 
 use crate::app::{Root, Shared};
-use crate::routes::{blocking, json_body, reply};
-use crate::state::{path_text, shorten};
+use crate::http::{blocking, json_body, reply};
+use crate::show::{path_text, shorten};
 use crate::{auth, ids, send};
 
 /// The open requests whose message the state carries (the oldest); the others are counted.

@@ -18,9 +18,11 @@ mod app;
 mod asks;
 mod auth;
 mod events;
+mod http;
 mod ids;
 mod routes;
 mod send;
+mod show;
 mod state;
 
 use std::io::Write;

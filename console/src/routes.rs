@@ -16,6 +16,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::app::Shared;
+use crate::http::{blocking, json_body, reply};
 use crate::{asks, auth, events, ids, send, state};
 
 /// The largest request body taken: a message up to the file cap, and its JSON escapes.
@@ -62,43 +63,12 @@ async fn asset(body: &'static str, kind: &'static str) -> Response {
     resp
 }
 
-/// JSON with a status.
-pub(crate) fn reply(status: StatusCode, v: &Value) -> Response {
-    let mut resp = (status, v.to_string()).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-/// Runs blocking mailbox work on tokio's blocking pool.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Response> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        auth::refusal(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("internal error: {e}"),
-        )
-    })
-}
-
 async fn get_state(State(c): State<Shared>) -> Response {
     let seq = events::last_seq();
     match blocking(move || state::snapshot(&c.roots, seq)).await {
         Ok(v) => reply(StatusCode::OK, &v),
         Err(r) => r,
     }
-}
-
-/// True when the request says its body is JSON (`Content-Type: application/json`, with or
-/// without parameters): what a form of another site cannot send without a preflight.
-pub(crate) fn json_body(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(';').next().unwrap_or("").trim() == "application/json")
 }
 
 async fn post_send(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {

@@ -11,13 +11,12 @@ use serde_json::{Value, json};
 use sigbox::{Mailbox, Pending, ProblemKind, Signal, SignalType, Target};
 
 use crate::app::Root;
+use crate::show::{path_text, shorten};
 
 /// The pending signals whose message the state carries (the newest); the others are counted.
 const PENDING_SHOWN: usize = 200;
 /// The newest records of `processed/` the timeline shows.
 const RECENT: usize = 100;
-/// The longest message the state carries, in characters (`/api/signals/<id>` gives it whole).
-const MESSAGE_SHOWN: usize = 2000;
 
 /// The state of every root.
 pub(crate) fn snapshot(roots: &[Root], last_seq: u64) -> Value {
@@ -296,14 +295,6 @@ fn target_json(t: &Target) -> Value {
     }
 }
 
-/// `m` cut at [`MESSAGE_SHOWN`] characters (`…` where it is cut).
-pub(crate) fn shorten(m: &str) -> String {
-    match m.char_indices().nth(MESSAGE_SHOWN) {
-        Some((at, _)) => format!("{}…", &m[..at]),
-        None => m.to_string(),
-    }
-}
-
 /// Nanoseconds since the epoch as milliseconds (what the page's clock counts).
 fn ms(ns: i128) -> i64 {
     i64::try_from(ns / 1_000_000).unwrap_or(0)
@@ -319,11 +310,6 @@ fn instant_text(ns: i128) -> String {
 
 fn now_text() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// A path as text (bytes that are not UTF-8 replaced by U+FFFD), as the CLI's JSON shows it.
-pub(crate) fn path_text(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
 }
 
 /// `s` quoted for a POSIX shell: one word, whatever it holds.
