@@ -71,9 +71,9 @@ pub use doctor::{Finding, Severity, diagnose};
 pub use error::{Error, ErrorKind, Result};
 pub use io::{Durability, FsHook, FsOp, IoOptions, LINK_CLAIMS_ENV, PORTABLE_RENAME_ENV};
 pub use mailbox::{
-    ArchivedBroadcast, BroadcastsSeen, Buffered, DEFAULT_QUORUM, Finished, Imported, LAYOUT,
-    Mailbox, MailboxOptions, Outbound, OutboundPlace, OutboundSignal, Outgoing, Pass, PassControl,
-    PauseLock, Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE,
+    ArchivedBroadcast, BridgeSide, BroadcastsSeen, Buffered, DEFAULT_QUORUM, Finished, Imported,
+    LAYOUT, Mailbox, MailboxOptions, Outbound, OutboundPlace, OutboundSignal, Outgoing, Pass,
+    PassControl, PauseLock, Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE,
     SHARED_FILE_MODE, Settling,
 };
 pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, agent_name_problem, valid_agent};

@@ -17,7 +17,7 @@
 //! | `quarantine.rs` | moving invalid files aside | §8 |
 //! | `inspect.rs` | read-only views for `ls`, `log`, `doctor` | §3.4 |
 //! | `overview.rs` | read-only views for the console | spec/console.md |
-//! | `bridge.rs` | export to and import from other hosts | spec/bridge.md |
+//! | `bridge/` | the bridge's side ([`BridgeSide`]): lock, state file, holds, export, import, what waits for other hosts | spec/bridge.md |
 
 mod bridge;
 mod broadcast;
@@ -28,7 +28,6 @@ mod inspect;
 mod layout;
 mod links;
 mod options;
-mod outbound;
 mod overview;
 mod pass;
 mod presence;
@@ -45,11 +44,12 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 
-pub use bridge::{BroadcastsSeen, Imported, Outgoing};
+pub use bridge::{
+    BridgeSide, BroadcastsSeen, Imported, Outbound, OutboundPlace, OutboundSignal, Outgoing,
+};
 pub use layout::LAYOUT;
 pub(crate) use layout::Layout;
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
-pub use outbound::{Outbound, OutboundPlace, OutboundSignal};
 pub use pass::PassControl;
 pub use presence::{PauseLock, Presence};
 pub use report::{
@@ -196,6 +196,11 @@ impl Mailbox {
     /// The root directory.
     pub fn root(&self) -> &Path {
         &self.layout.root
+    }
+
+    /// The orchestrator's agent name.
+    pub fn orchestrator(&self) -> &str {
+        &self.opts.orchestrator
     }
 
     /// The handle's filesystem seam, for what lives beside the mailbox (`asks/`).

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use super::Mailbox;
 use super::delivery::{Batch, Delivery, Flight, GROUP_COMMIT, Held, Orphan};
 use super::report::Pass;
-use super::route::{Action, Item, Source, Who, decide};
+use super::route::{Action, Item, Source, Who, consumer_agent, decide};
 use super::scan::Scan;
 use crate::error::{Error, ErrorKind, Result};
 use crate::signal::Signal;
@@ -197,7 +197,7 @@ impl Mailbox {
         // broadcasts, which travel apart, are delivered. Looked at only when the pass has
         // something of the agent's: an idle pass pays nothing for it.
         let hold = std::cell::OnceCell::new();
-        let held = || *hold.get_or_init(|| self.bridge_holds(agent));
+        let held = || *hold.get_or_init(|| self.bridge().holds(agent));
         let adopted = flight.adoption_mark();
         let mut orphans = self.orphans(agent, flight)?;
         if !orphans.is_empty() && held() {
@@ -222,8 +222,9 @@ impl Mailbox {
             other => other?,
         };
         let mine = |it: &Item| {
-            it.signal_type
-                .is_some_and(|ty| self.consumer_agent(ty, &it.target) == Some(agent))
+            it.signal_type.is_some_and(|ty| {
+                consumer_agent(ty, &it.target, &self.opts.orchestrator) == Some(agent)
+            })
         };
         let buffered = !buf.items.is_empty() || !buf.rejects.is_empty() || !buf.settling.is_empty();
         if (buffered || scan.items.iter().any(mine)) && held() {

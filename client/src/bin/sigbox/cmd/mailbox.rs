@@ -305,7 +305,7 @@ impl Interrupts {
 pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mb = super::open(root)?;
     // What waits here on its way to another host, and why (spec/bridge.md §7).
-    let outbound = mb.bridge_outbound()?;
+    let outbound = mb.bridge().outbound()?;
     let bound = |p: &sigbox::Pending| {
         outbound
             .waiting
