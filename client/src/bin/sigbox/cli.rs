@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// A crash-safe, file-based signal broker for agent pipelines.
 #[derive(Debug, Parser)]
@@ -193,12 +193,12 @@ See spec/hooks.md for what each signal becomes, per runtime and event.")]
   sigbox ask --as Executor --timeout 10m \"deploy to prod?\"
   sigbox ask --as Executor --key deploy-42 --choices yes,no,later \"migrate now?\"
 See spec/asks.md.")]
-    Ask(crate::cmd::asks::AskArgs),
+    Ask(AskArgs),
     /// Answer a request: exit 0 for the one answer, 2 naming why otherwise.
     #[command(
         after_help = "Example:\n  sigbox answer Executor.deploy-42 approve \"go ahead\" --from alice"
     )]
-    Answer(crate::cmd::asks::AnswerArgs),
+    Answer(AnswerArgs),
     /// List the open requests, oldest first.
     #[command(after_help = "Examples:\n  sigbox asks\n  sigbox asks --all --json")]
     Asks {
@@ -264,7 +264,7 @@ pub(crate) struct HookArgs {
     pub(crate) strict: bool,
     /// How a PermissionRequest is asked of a person (spec/hooks.md).
     #[command(flatten)]
-    pub(crate) permission: crate::cmd::hook::permission::PermissionArgs,
+    pub(crate) permission: PermissionArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -554,6 +554,77 @@ pub(crate) struct WaitArgs {
     /// Poll at this interval (at least 10ms) instead of waiting for filesystem events.
     #[arg(long = "poll", value_parser = parse_duration)]
     pub(crate) poll_interval: Option<Duration>,
+}
+
+/// `sigbox ask`.
+#[derive(Debug, Args)]
+pub(crate) struct AskArgs {
+    /// The asking agent.
+    #[arg(long = "as")]
+    pub(crate) agent: String,
+    /// Whom it is for (a person's name, Orchestrator); default: anyone.
+    #[arg(long)]
+    pub(crate) to: Option<String>,
+    /// The answers offered, comma-separated.
+    #[arg(long, default_value = "approve,deny", value_delimiter = ',')]
+    pub(crate) choices: Vec<String>,
+    /// The deadline, this long from now (a number and its unit: ms, s, m, h); past it the
+    /// request expires and `ask` exits 1. Default: none.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
+    /// A stable key: the request's id is <agent>.<key>, so an asker started again re-attaches
+    /// to its request (and gets the answer given meanwhile) instead of asking twice.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+    /// Print the request's id once it is durable, and return without waiting.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+    /// The question (`-`: read it from stdin).
+    pub(crate) message: String,
+}
+
+/// `sigbox answer`.
+#[derive(Debug, Args)]
+pub(crate) struct AnswerArgs {
+    /// The request's id (`sigbox asks` lists them).
+    pub(crate) id: String,
+    /// One of the choices the request offers.
+    pub(crate) choice: String,
+    /// What to say with it.
+    pub(crate) message: Option<String>,
+    /// Who answers [default: $USER, else "person"].
+    #[arg(long)]
+    pub(crate) from: Option<String>,
+}
+
+/// What a permission request decides when no person answers in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum NoAnswer {
+    /// No decision: the runtime shows its own prompt.
+    Prompt,
+    /// Allow the tool call.
+    Allow,
+    /// Deny it.
+    Deny,
+}
+
+/// The options of `sigbox hook` for permission requests.
+#[derive(Clone, Debug, Args)]
+pub(crate) struct PermissionArgs {
+    /// How long a PermissionRequest waits for a person's answer (`sigbox answer`) before the
+    /// runtime's own prompt follows; keep it under the hook's time limit [default: 50s for
+    /// claude and codex, 25s for copilot].
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) permission_wait: Option<Duration>,
+    /// What a PermissionRequest decides when nobody answers in time: `prompt` (no decision,
+    /// the runtime asks at its terminal), `allow` or `deny`.
+    #[arg(
+        long,
+        value_enum,
+        env = "SIGBOX_PERMISSION_DEFAULT",
+        default_value = "prompt"
+    )]
+    pub(crate) permission_default: NoAnswer,
 }
 
 pub(crate) use sigbox_client::{parse_duration, parse_settle};

@@ -3,57 +3,15 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use chrono::Utc;
-use clap::Args;
 use serde_json::{Value, json};
 use sigbox::asks::{AskState, Asks, NewAsk, Outcome, Request, Status, instant};
-use sigbox_client::{Waited, parse_duration};
+use sigbox_client::Waited;
 
+use crate::cli::{AnswerArgs, AskArgs};
 use crate::output::{Out, escape, path_json};
-
-/// `sigbox ask`.
-#[derive(Debug, Args)]
-pub(crate) struct AskArgs {
-    /// The asking agent.
-    #[arg(long = "as")]
-    pub(crate) agent: String,
-    /// Whom it is for (a person's name, Orchestrator); default: anyone.
-    #[arg(long)]
-    pub(crate) to: Option<String>,
-    /// The answers offered, comma-separated.
-    #[arg(long, default_value = "approve,deny", value_delimiter = ',')]
-    pub(crate) choices: Vec<String>,
-    /// The deadline, this long from now (a number and its unit: ms, s, m, h); past it the
-    /// request expires and `ask` exits 1. Default: none.
-    #[arg(long, value_parser = parse_duration)]
-    pub(crate) timeout: Option<Duration>,
-    /// A stable key: the request's id is <agent>.<key>, so an asker started again re-attaches
-    /// to its request (and gets the answer given meanwhile) instead of asking twice.
-    #[arg(long)]
-    pub(crate) key: Option<String>,
-    /// Print the request's id once it is durable, and return without waiting.
-    #[arg(long)]
-    pub(crate) no_wait: bool,
-    /// The question (`-`: read it from stdin).
-    pub(crate) message: String,
-}
-
-/// `sigbox answer`.
-#[derive(Debug, Args)]
-pub(crate) struct AnswerArgs {
-    /// The request's id (`sigbox asks` lists them).
-    pub(crate) id: String,
-    /// One of the choices the request offers.
-    pub(crate) choice: String,
-    /// What to say with it.
-    pub(crate) message: Option<String>,
-    /// Who answers [default: $USER, else "person"].
-    #[arg(long)]
-    pub(crate) from: Option<String>,
-}
 
 /// An agent name from `--as`: a known role in any case is that role.
 fn agent_name(name: &str) -> anyhow::Result<String> {
