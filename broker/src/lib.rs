@@ -76,7 +76,9 @@ pub use mailbox::{
     PassControl, PauseLock, Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE,
     SHARED_FILE_MODE, Settling,
 };
-pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, agent_name_problem, valid_agent};
+pub use signal::{
+    NewSignal, ROLES, Signal, SignalType, Target, agent_name_problem, valid_agent, valid_sender,
+};
 
 /// Internals exposed for the fuzz targets and property tests only: not part of the API, may
 /// change at any time.

@@ -284,9 +284,25 @@ impl Mailbox {
     /// returns: the file is written and fsynced under a staging name in `inputs/` itself (a
     /// dot-file every reader skips), renamed to its canonical name there without replacing
     /// anything, and `inputs/` is fsynced. Readers never see a partial file.
+    ///
+    /// Refused, with nothing written: a target that is not an agent's name, a sender that
+    /// is not text on one line ([`valid_sender`](crate::valid_sender)), a signal over the
+    /// size cap.
     pub fn send(&self, s: &NewSignal) -> Result<String> {
         if let Target::Agent(a) = &s.target {
             self.check_agent(a)?;
+        }
+        if let Some(f) = &s.from
+            && !crate::signal::valid_sender(f)
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidName,
+                None,
+                format!(
+                    "sender {f:?}: the sender's name must be non-empty text on one line, \
+                     without control characters"
+                ),
+            ));
         }
         let micros = next_micros();
         let at = DateTime::from_timestamp_micros(micros).unwrap_or_else(Utc::now);

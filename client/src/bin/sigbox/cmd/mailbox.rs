@@ -72,8 +72,10 @@ pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result
         }
         None => {}
     }
+    // `send` refuses a sender that is not text on one line; asked first, so that the refusal
+    // names the option.
     if let Some(f) = args.from {
-        if f.trim().is_empty() || f.chars().any(char::is_control) {
+        if !sigbox::valid_sender(&f) {
             anyhow::bail!(
                 "--from {f:?}: the sender's name must be non-empty text on one line, without \
                  control characters"
