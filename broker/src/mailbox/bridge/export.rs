@@ -12,11 +12,11 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::BridgeSide;
-use crate::atomic;
+use crate::atomic::{self, LinkStep};
 use crate::body;
 use crate::body::BRIDGED;
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{Linked, ReadOutcome};
+use crate::io::ReadOutcome;
 use crate::mailbox::delivery::{Batch, Undo};
 use crate::mailbox::identity;
 use crate::mailbox::layout::fnv1a;
@@ -318,16 +318,14 @@ impl BridgeSide<'_> {
                         // outbox's name removed after the fsync of sent/ (spec/mailbox.md
                         // §9.10): a power loss leaves the record in one place or two, never in
                         // none.
-                        if self.mb.io.link_claims() {
-                            match self.mb.io.link_exclusive(&src, &dest)? {
-                                Linked::Done(_) => {
-                                    linked.push(src.clone());
-                                    return Ok(Some(()));
-                                }
-                                Linked::DestExists => return Ok(None),
-                                Linked::SourceGone => return Ok(Some(())),
-                                Linked::Busy | Linked::Unlinkable => {}
+                        match atomic::link_step(&self.mb.io, &src, &dest, false, |_| Ok(()))? {
+                            LinkStep::Linked(()) => {
+                                linked.push(src.clone());
+                                return Ok(Some(()));
                             }
+                            LinkStep::DestExists => return Ok(None),
+                            LinkStep::Lost => return Ok(Some(())),
+                            LinkStep::Busy | LinkStep::ByRename => {}
                         }
                         Ok(match self.mb.io.rename_noreplace(&src, &dest)? {
                             crate::io::Renamed::DestExists => None,
