@@ -38,8 +38,9 @@
 //! | `clock` | protocol instants, the settle rule, the size cap | `mailbox.md` §4, §5 |
 //! | `sys` | platform differences: `renameat2`, `getdents64`, stamps | `mailbox.md` §9.9 |
 //! | `io` | the seam: every effect and read, the hook, durability, poisoning ([`IoOptions`]) | `mailbox.md` §9 |
-//! | `atomic` | the atomic write and the claim | `mailbox.md` §9.1, §9.2 |
-//! | `mailbox` | the Ralph mailbox ([`Mailbox`]), one file per spec section | `mailbox.md` |
+//! | `atomic` | the atomic write and the one claim step (rename or link) | `mailbox.md` §9.1, §9.2, §9.10 |
+//! | [`bridge_state`] | `bridge/state.json`, one type for its writer and its readers | `bridge.md` §7 |
+//! | `mailbox` | the Ralph mailbox ([`Mailbox`]), one file per spec section; `delivery/` (a pass's deliveries: slots, claims, records, group commits, acks), `bridge/` (the bridge's side, [`BridgeSide`]) | `mailbox.md`, `bridge.md` |
 //! | `doctor` | [`diagnose`]: what is wrong with a root | `mailbox.md` §1, §8 |
 //! | [`goblin`], [`mux`] | the other file dialects | `goblin.md`, `mux.md` |
 //! | `lines`, [`flux`], [`pilot`] | the stream dialects on a shared line splitter | `streams.md` |

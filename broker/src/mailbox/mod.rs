@@ -82,7 +82,7 @@ pub struct Mailbox {
     /// Files a watcher saw renamed in (`Mailbox::arrived_whole`), with the inode and mtime the
     /// first scan after that found (`scan.rs`).
     arrivals: Mutex<HashMap<PathBuf, Option<(u64, i128)>>>,
-    /// What this handle has in flight, per agent (`inflight.rs`). Held for a whole pass.
+    /// What this handle has in flight, per agent (`delivery/slot.rs`). Held for a whole pass.
     flights: Mutex<HashMap<String, delivery::Flight>>,
 }
 

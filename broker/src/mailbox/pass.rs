@@ -119,7 +119,7 @@ impl Mailbox {
     /// `spec/mailbox.md`).
     ///
     /// First it acknowledges what this handle's previous pass for `agent` delivered (as
-    /// [`Mailbox::ack`] does), and delivers again, marked ([`Signal::redelivery`]), what
+    /// [`Mailbox::ack`] does), and delivers again, marked ([`Signal::redelivery`](crate::Signal::redelivery)), what
     /// consumers of `agent` that died left claimed and never handed over.
     ///
     /// **Durability:** every delivered signal has been durably claimed (moved into this
