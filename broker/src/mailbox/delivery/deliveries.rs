@@ -4,9 +4,9 @@
 //! next pass) when the hand-over takes it, or rolled back (pending again) when it does not.
 //!
 //! What is neither committed nor handed out when it drops (a pass that failed halfway) stays
-//! claimed in the handle's slot, not durable: a crash leaves it where the next pass finds it
-//! (an interrupted claim, §9.6), and the handle's next pass for the agent delivers it again,
-//! marked. Nothing is lost by the drop.
+//! claimed in the handle's slot, where the handle's next pass for the agent finds it
+//! ([`Mailbox::orphans`]): resolved as an interrupted claim while its source is still there
+//! (§9.6), else delivered again, marked. Nothing is lost by the drop.
 
 use std::path::{Path, PathBuf};
 
