@@ -99,11 +99,14 @@ pub(crate) async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize>
     let here = lock(&b.here).clone();
     let seen = b.broadcasts_seen.clone();
     let out: Vec<Outgoing> = tokio::task::spawn_blocking(move || -> sigbox::Result<_> {
-        let mut out = mb.bridge_outbox(&host)?;
+        let mut out = mb.bridge().outbox(&host)?;
         if out.len() < EXPORT_BATCH {
             let here = |a: &str| here.contains(a);
             let mut seen = lock(&seen);
-            out.extend(mb.bridge_take(&host, EXPORT_BATCH - out.len(), &here, &mut seen)?);
+            out.extend(
+                mb.bridge()
+                    .take(&host, EXPORT_BATCH - out.len(), &here, &mut seen)?,
+            );
         }
         Ok(out)
     })
@@ -129,7 +132,7 @@ pub(crate) async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize>
         b.counts.refused_exports.fetch_add(1, Ordering::Relaxed);
         b.counts.error(&format!("cannot export {}", o.id), &reason);
         let (mb, host) = (b.mb.clone(), b.host.clone());
-        tokio::task::spawn_blocking(move || mb.bridge_refuse(&o, &host, &reason)).await??;
+        tokio::task::spawn_blocking(move || mb.bridge().refuse(&o, &host, &reason)).await??;
     }
     if out.is_empty() {
         return done(1);
@@ -174,10 +177,14 @@ pub(crate) async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize>
     // here, it takes nothing before what went ahead of it (spec/bridge.md §5).
     let away: HashSet<String> = acked
         .iter()
-        .filter_map(|o| consumer_agent(b, o.signal_type, &o.target))
+        .filter_map(|o| {
+            b.mb.bridge()
+                .consumer_agent(o.signal_type, &o.target)
+                .map(str::to_string)
+        })
         .collect();
     let mb = b.mb.clone();
-    tokio::task::spawn_blocking(move || mb.bridge_exported(&acked)).await??;
+    tokio::task::spawn_blocking(move || mb.bridge().exported(&acked)).await??;
     for agent in away {
         hold(
             b,
@@ -188,20 +195,5 @@ pub(crate) async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize>
     match failed {
         Some(e) => Err(e),
         None => done(n),
-    }
-}
-
-/// The agent whose consumer a signal travels by: its target's, the orchestrator's for APPROVE,
-/// SKIP and no target; none for a broadcast.
-pub(crate) fn consumer_agent(
-    b: &Bridge,
-    ty: sigbox::SignalType,
-    target: &sigbox::Target,
-) -> Option<String> {
-    match target {
-        _ if ty.is_approval() => Some(b.mb.orchestrator().to_string()),
-        sigbox::Target::All => None,
-        sigbox::Target::None => Some(b.mb.orchestrator().to_string()),
-        sigbox::Target::Agent(a) => Some(a.clone()),
     }
 }

@@ -171,7 +171,7 @@ pub(crate) async fn import_one(
     let mb = b.mb.clone();
     let payload = m.payload.clone();
     let n = name.clone();
-    let imported = tokio::task::spawn_blocking(move || mb.bridge_import(&n, &payload)).await?;
+    let imported = tokio::task::spawn_blocking(move || mb.bridge().import(&n, &payload)).await?;
     match imported {
         Ok(Imported::Written) => {
             tracing::debug!(%name, %from, "imported");
@@ -208,7 +208,8 @@ pub(crate) async fn import_ack(b: &Arc<Bridge>, m: &jetstream::Message, from: &s
         agent.to_string(),
         from.to_string(),
     );
-    match tokio::task::spawn_blocking(move || mb.bridge_import_ack(&id_, &agent_, &from_)).await? {
+    match tokio::task::spawn_blocking(move || mb.bridge().import_ack(&id_, &agent_, &from_)).await?
+    {
         Ok(written) => {
             if written {
                 b.counts.acks_imported.fetch_add(1, Ordering::Relaxed);
@@ -228,7 +229,7 @@ pub(crate) async fn ack_export_loop(b: Arc<Bridge>, js: Context) {
     let mut shared: HashSet<(String, String)> = HashSet::new();
     loop {
         let mb = b.mb.clone();
-        match tokio::task::spawn_blocking(move || mb.bridge_acks()).await {
+        match tokio::task::spawn_blocking(move || mb.bridge().acks()).await {
             Ok(Ok(acks)) => {
                 let mut pending = Vec::new();
                 for (id, agent) in acks.into_iter().filter(|a| !shared.contains(a)) {

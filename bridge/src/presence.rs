@@ -273,7 +273,7 @@ pub(crate) async fn presence_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>
         }
         for agent in arrived {
             arrivals.remove(&agent);
-            match b.mb.bridge_release(&agent) {
+            match b.mb.bridge().release(&agent) {
                 Ok(()) => {
                     lock(&b.held).remove(&agent);
                     tracing::info!(%agent, "hand-off over: its signals are delivered here");
@@ -405,7 +405,7 @@ pub(crate) async fn hand_off(
         }
         let mb = b.mb.clone();
         let a = agent.clone();
-        match tokio::task::spawn_blocking(move || mb.bridge_holding(&a)).await {
+        match tokio::task::spawn_blocking(move || mb.bridge().holding(&a)).await {
             Ok(Ok(false)) => break,
             // Still some (settling, or taken by another consumer first): the next round.
             Ok(Ok(true)) => tokio::time::sleep(Duration::from_millis(20)).await,

@@ -13,7 +13,6 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow, bail};
 use async_nats::jetstream::{self};
 use sigbox::MailboxOptions;
-use sigbox::bridge_state::BridgeState;
 use tokio::task::JoinHandle;
 
 use crate::Cli;
@@ -48,28 +47,23 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     let mut opts = MailboxOptions::new();
     opts.settle(cli.settle).durability(cli.durability);
     let mb = opts.open(&cli.root)?;
-    let Some(_lock) = mb.bridge_lock()? else {
+    let Some(_lock) = mb.bridge().lock()? else {
         bail!(
             "{}: another bridge runs on this root (it holds the lock on bridge/)",
-            mb.bridge_dir().display()
+            mb.bridge().dir().display()
         );
     };
     // The holds count while this lock is held: the root is a plain mailbox again when the
     // bridge ends.
-    let _holds = mb.bridge_hold_lock()?;
-    let held: HashSet<String> = mb.bridge_held()?.into_iter().map(|(a, _)| a).collect();
+    let _holds = mb.bridge().hold_lock()?;
+    let held: HashSet<String> = mb.bridge().held()?.into_iter().map(|(a, _)| a).collect();
     let counts = Counters::default();
     let mut claimed: HashMap<String, i128> = HashMap::new();
     // Counts run on from where the last bridge on this root left them (its last state, at
     // most a second old when it was killed), and so does what it recorded of each agent's
     // presence here: an agent that lingers here and was taken elsewhere since is not taken
     // back by a bridge that starts again.
-    if let Some(last) = mb
-        .bridge_state()
-        .ok()
-        .flatten()
-        .and_then(|b| BridgeState::from_json(&b).ok())
-    {
+    if let Some(last) = mb.bridge().state().ok().flatten() {
         counts.restore(&last.counts);
         for (agent, t) in last.claimed.unwrap_or_default() {
             claimed.insert(agent, i128::from(t));

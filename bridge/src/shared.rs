@@ -138,7 +138,7 @@ pub(crate) fn hold(b: &Bridge, agent: &str, note: &Value) {
 pub(crate) fn rehold(b: &Bridge, agent: &str, note: &Value) {
     let mut bytes = serde_json::to_vec(note).unwrap_or_default();
     bytes.push(b'\n');
-    match b.mb.bridge_hold(agent, &bytes) {
+    match b.mb.bridge().hold(agent, &bytes) {
         Ok(()) => {
             lock(&b.held).insert(agent.to_string());
         }

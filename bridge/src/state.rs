@@ -44,7 +44,7 @@ pub(crate) async fn state_loop(b: Arc<Bridge>, js: Context, hosts: Arc<Hosts>) {
 /// This host's state, written to `bridge/state.json`; returned.
 pub(crate) fn write_state(b: &Bridge, running: bool) -> BridgeState {
     let state = state_of(b, running);
-    if let Err(e) = b.mb.bridge_write_state(&state.to_json()) {
+    if let Err(e) = b.mb.bridge().write_state(&state) {
         tracing::warn!("cannot write the bridge's state: {e}");
     }
     state
@@ -56,8 +56,8 @@ pub(crate) fn state_of(b: &Bridge, running: bool) -> BridgeState {
     // Exported: the records in bridge/sent/ and the markers in bridge/broadcasts/, written
     // only once the server acknowledged each (spec/bridge.md §7): never more or less than
     // what is durable, whenever the bridge was killed.
-    let (outbox, sent) = b.mb.bridge_counts().unwrap_or_default();
-    let marked = b.mb.bridge_broadcasts_marked().unwrap_or_default();
+    let (outbox, sent) = b.mb.bridge().counts().unwrap_or_default();
+    let marked = b.mb.bridge().broadcasts_marked().unwrap_or_default();
     let mut here: Vec<String> = lock(&b.here).iter().cloned().collect();
     here.sort();
     BridgeState {

@@ -17,16 +17,8 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
     let mut opts = MailboxOptions::new();
     opts.settle(cli.settle).durability(cli.durability);
     let mb = opts.open(&cli.root)?;
-    let state: Option<BridgeState> = match mb.bridge_state()? {
-        Some(bytes) => Some(BridgeState::from_json(&bytes).map_err(|e| {
-            anyhow!(
-                "{}: not valid JSON: {e}",
-                mb.bridge_dir().join("state.json").display()
-            )
-        })?),
-        None => None,
-    };
-    let running = mb.bridge_running()?;
+    let state: Option<BridgeState> = mb.bridge().state()?;
+    let running = mb.bridge().running()?;
     // The mailbox this root's bridge ran with, unless one is named.
     let mailbox = cli
         .mailbox
@@ -34,10 +26,10 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> Result<ExitCode> {
         .or_else(|| state.as_ref()?.mailbox.clone())
         .unwrap_or_else(|| crate::run::DEFAULT_MAILBOX.to_string());
     let names = Names::new(&mailbox)?;
-    let (outbox, sent) = mb.bridge_counts()?;
+    let (outbox, sent) = mb.bridge().counts()?;
     // What was exported is what is durable now (the records in bridge/sent/, the markers in
     // bridge/broadcasts/), not what the state file said up to a second before a kill.
-    let marked = mb.bridge_broadcasts_marked()?;
+    let marked = mb.bridge().broadcasts_marked()?;
     let mut state = state;
     if let Some(s) = state.as_mut() {
         s.exported = Some(sent as u64);

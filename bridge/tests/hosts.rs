@@ -236,7 +236,7 @@ fn assert_exact(o: &Outcome, hosts: &[Host]) {
     // Most signals crossed hosts (two agents of six on each host): the bridges carried them.
     let exported: usize = hosts
         .iter()
-        .map(|h| h.mailbox().bridge_counts().unwrap().1)
+        .map(|h| h.mailbox().bridge().counts().unwrap().1)
         .sum();
     assert!(
         exported > o.sent / 2,
@@ -249,7 +249,7 @@ fn assert_exact(o: &Outcome, hosts: &[Host]) {
     for h in hosts {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let (outbox, _) = h.mailbox().bridge_counts().unwrap();
+            let (outbox, _) = h.mailbox().bridge().counts().unwrap();
             if outbox == 0 {
                 break;
             }

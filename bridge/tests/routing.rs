@@ -63,7 +63,9 @@ fn a_signal_for_an_agent_present_nowhere_waits_in_the_stream_until_it_appears() 
         m0.send(&steer("Zed", &format!("z{i}"))).unwrap();
     }
     // Exported from h0 (no Zed there), and nowhere to go: h1 has nothing.
-    eventually("h0 exported the 20", || m0.bridge_counts().unwrap().1 == 20);
+    eventually("h0 exported the 20", || {
+        m0.bridge().counts().unwrap().1 == 20
+    });
     thread::sleep(Duration::from_millis(500));
     assert!(m0.pending().unwrap().is_empty());
     assert!(
@@ -153,7 +155,7 @@ fn a_signal_whose_agent_left_after_its_import_crosses_again_and_arrives_once() {
     let got = take(&ms[2], "Planner", None, 5, Duration::from_secs(20));
     assert_eq!(messages(&got), ["p0", "p1", "p2", "p3", "p4"]);
     eventually("h1 is empty again", || ms[1].pending().unwrap().is_empty());
-    assert_eq!(ms[1].bridge_counts().unwrap().1, 5, "h1 sent the five on");
+    assert_eq!(ms[1].bridge().counts().unwrap().1, 5, "h1 sent the five on");
     thread::sleep(Duration::from_millis(500));
     assert!(take(&ms[2], "Planner", None, 1, Duration::from_millis(300)).is_empty());
     // Each carries its hops.
@@ -331,7 +333,7 @@ fn status_shows_every_host_and_the_lag_and_doctor_reports_a_stopped_bridges_outb
     for i in 0..3 {
         m0.send(&steer("Zed", &format!("z{i}"))).unwrap();
     }
-    eventually("exported", || m0.bridge_counts().unwrap().1 == 3);
+    eventually("exported", || m0.bridge().counts().unwrap().1 == 3);
     let status = || {
         let out = Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
             .args([
@@ -403,7 +405,9 @@ fn status_shows_every_host_and_the_lag_and_doctor_reports_a_stopped_bridges_outb
     );
     // Started again, it publishes it (the stream drops the copy) and the outbox empties.
     h0.restart();
-    eventually("the outbox drained", || m0.bridge_counts().unwrap().0 == 0);
+    eventually("the outbox drained", || {
+        m0.bridge().counts().unwrap().0 == 0
+    });
     eventually("counted as a duplicate the stream dropped", || {
         h0.state()["duplicates_published"] == 1
     });
@@ -529,7 +533,7 @@ fn a_signal_larger_than_the_server_takes_is_quarantined_and_holds_up_no_other() 
     let why = std::fs::read_to_string(h0.root.join("rejected").join(reason)).unwrap();
     assert!(why.contains("max_payload of 65536"), "{why}");
     assert_eq!(
-        h0.mailbox().bridge_counts().unwrap().0,
+        h0.mailbox().bridge().counts().unwrap().0,
         0,
         "nothing stuck in the outbox"
     );
@@ -784,7 +788,7 @@ fn an_agent_that_moves_host_gets_what_it_had_not_taken_first_in_the_order_sent()
         // Everything sent so far has left h0 and h2 (in the stream, or on h1).
         eventually("h0 and h2 exported what they sent", || {
             [0, 2].iter().all(|&i| {
-                ms[i].pending().unwrap().is_empty() && ms[i].bridge_counts().unwrap().0 == 0
+                ms[i].pending().unwrap().is_empty() && ms[i].bridge().counts().unwrap().0 == 0
             })
         });
         // It moves to h2, while every host goes on sending.

@@ -164,36 +164,84 @@ fn claim_with<T>(
     busy_by_rename: bool,
     between: impl FnOnce() -> Result<T>,
 ) -> Result<Claimed<T>> {
-    if io.link_claims() {
-        let (linked, held) = io.link_exclusive_holding(src, dest)?;
-        match linked {
-            Linked::Done(st) => {
-                // Under the rename lock until the source is gone: a process meeting the two
-                // links meanwhile waits, then finds one (§9.10).
-                io.sync_dir(parent(dest)?)?;
-                let other = remove_linked_source(io, src, dest, st.ino)?;
-                drop(held);
-                if let Some(other) = other {
-                    put_back(io, &other, src)?;
-                }
-                return match between() {
-                    Ok(t) => {
-                        io.sync_dir(parent(src)?)?;
-                        Ok(Claimed::Won(t))
-                    }
-                    Err(e) => {
-                        undo(io, src, dest);
-                        Err(e)
-                    }
-                };
+    // Under the rename lock until the source is gone: a process meeting the two links
+    // meanwhile waits, then finds one (§9.10).
+    let linked = link_step(io, src, dest, true, |ino| {
+        io.sync_dir(parent(dest)?)?;
+        remove_linked_source(io, src, dest, ino)
+    })?;
+    match linked {
+        LinkStep::Linked(other) => {
+            if let Some(other) = other {
+                put_back(io, &other, src)?;
             }
-            Linked::SourceGone => return Ok(Claimed::Lost),
-            Linked::DestExists => return Ok(Claimed::DestExists),
-            Linked::Busy if !busy_by_rename => return Ok(Claimed::Lost),
-            Linked::Busy | Linked::Unlinkable => {}
+            match between() {
+                Ok(t) => {
+                    io.sync_dir(parent(src)?)?;
+                    Ok(Claimed::Won(t))
+                }
+                Err(e) => {
+                    undo(io, src, dest);
+                    Err(e)
+                }
+            }
         }
+        LinkStep::Lost => Ok(Claimed::Lost),
+        LinkStep::DestExists => Ok(Claimed::DestExists),
+        LinkStep::Busy if !busy_by_rename => Ok(Claimed::Lost),
+        LinkStep::Busy | LinkStep::ByRename => claim_by_rename(io, src, dest, between),
     }
-    claim_by_rename(io, src, dest, between)
+}
+
+/// The outcome of [`link_step`].
+#[derive(Debug)]
+pub(crate) enum LinkStep<T> {
+    /// `dest` is a second link to the source; what the `linked` step returned.
+    Linked(T),
+    /// The source had already gone: another consumer won the race.
+    Lost,
+    /// The destination exists; nothing was linked.
+    DestExists,
+    /// The source has a second link already (another claim under way, one a crash left, or a
+    /// planted link): nothing was linked.
+    Busy,
+    /// Claims go by rename here (renames are atomic across directories, or the source is not
+    /// a regular file, or the filesystem refuses links): nothing was linked.
+    ByRename,
+}
+
+/// The first step of every claim where claims go by link ([`Io::link_claims`], spec/mailbox.md
+/// §9.10), the one implementation both the single claim ([`claim`]) and a pass's group of
+/// claims use: [`Io::link_exclusive`] of `src` at `dest`, then `linked` with the linked file's
+/// inode. With `hold`, `linked` runs under the rename lock (a single claim makes the link
+/// durable and removes the source there, so that no process meets the two links unlocked);
+/// without, after it (a group of claims makes its links durable together, at its commit).
+pub(crate) fn link_step<T>(
+    io: &Io,
+    src: &Path,
+    dest: &Path,
+    hold: bool,
+    linked: impl FnOnce(u64) -> Result<T>,
+) -> Result<LinkStep<T>> {
+    if !io.link_claims() {
+        return Ok(LinkStep::ByRename);
+    }
+    let (outcome, held) = io.link_exclusive(src, dest)?;
+    let held = if hold {
+        held
+    } else {
+        drop(held);
+        None
+    };
+    let step = match outcome {
+        Linked::Done(st) => LinkStep::Linked(linked(st.ino)?),
+        Linked::SourceGone => LinkStep::Lost,
+        Linked::DestExists => LinkStep::DestExists,
+        Linked::Busy => LinkStep::Busy,
+        Linked::Unlinkable => LinkStep::ByRename,
+    };
+    drop(held);
+    Ok(step)
 }
 
 /// The second step of a claim by link, once the link at `dest` is durable: removes the

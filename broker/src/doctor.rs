@@ -370,7 +370,8 @@ fn not_a_directory(kind: EntryKind) -> String {
 /// A bridge's state files (spec/bridge.md §6): whether one runs, whether it reaches its
 /// server, and what waits in its outbox.
 fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<Finding>) {
-    let dir = mb.bridge_dir().to_path_buf();
+    let bridge = mb.bridge();
+    let dir = bridge.dir().to_path_buf();
     let Ok(Some(st)) = io.stamp(&dir) else {
         return; // no bridge ever ran here
     };
@@ -385,16 +386,20 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
         push(Severity::Problem, &dir, not_a_directory(st.kind));
         return;
     }
-    for sub in ["outbox", "sent", "broadcasts", "hold"] {
-        let p = dir.join(sub);
-        if let Ok(Some(st)) = io.stamp(&p)
+    for p in [
+        &layout.outbox,
+        &layout.sent,
+        &layout.broadcasts,
+        &layout.hold,
+    ] {
+        if let Ok(Some(st)) = io.stamp(p)
             && st.kind != EntryKind::Dir
         {
-            push(Severity::Problem, &p, not_a_directory(st.kind));
+            push(Severity::Problem, p, not_a_directory(st.kind));
         }
     }
-    let state_path = dir.join("state.json");
-    let state: Option<BridgeState> = match mb.bridge_state() {
+    let state_path = bridge.state_path();
+    let state: Option<BridgeState> = match bridge.state_file() {
         Ok(None) => None,
         Ok(Some(bytes)) => match BridgeState::from_json(&bytes) {
             Ok(v) => Some(v),
@@ -425,9 +430,9 @@ fn bridge_findings(mb: &crate::Mailbox, io: &Io, layout: &Layout, out: &mut Vec<
         t.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .map(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds())
     };
-    let (outbox, sent) = mb.bridge_counts().unwrap_or_default();
-    let marked = mb.bridge_broadcasts_marked().unwrap_or_default();
-    let running = mb.bridge_running().unwrap_or(false);
+    let (outbox, sent) = bridge.counts().unwrap_or_default();
+    let marked = bridge.broadcasts_marked().unwrap_or_default();
+    let running = bridge.running().unwrap_or(false);
     let age = ago(state.as_ref().and_then(|s| s.updated_at.as_ref()));
     if running {
         push(
@@ -506,12 +511,12 @@ fn stranded(
     ran: bool,
     out: &mut Vec<Finding>,
 ) {
-    let outbound = match mb.bridge_outbound() {
+    let outbound = match mb.bridge().outbound() {
         Ok(o) => o,
         Err(e) => {
             out.push(Finding {
                 severity: Severity::Problem,
-                path: layout.root.join("bridge"),
+                path: layout.bridge.clone(),
                 message: format!("cannot tell what waits here for other hosts: {e}"),
             });
             return;
@@ -543,7 +548,7 @@ fn stranded(
     if outbox > 0 {
         out.push(Finding {
             severity: Severity::Problem,
-            path: layout.root.join("bridge/outbox"),
+            path: layout.outbox.clone(),
             message: format!(
                 "{outbox} signal(s) taken for export wait here, and no bridge runs (last seen \
                  {seen}): {start} and it publishes them (the stream drops what it already has)"
@@ -553,7 +558,7 @@ fn stranded(
     if !outbound.waiting.is_empty() {
         out.push(Finding {
             severity: Severity::Problem,
-            path: layout.root.join("bridge"),
+            path: layout.bridge.clone(),
             message: format!(
                 "{} signal(s) for other hosts are stranded here ({pending} pending in inputs/ \
                  or a buffer, {outbox} in bridge/outbox/: {}), and no bridge runs (last seen \
@@ -565,7 +570,7 @@ fn stranded(
     } else if ran {
         out.push(Finding {
             severity: Severity::Info,
-            path: layout.root.join("bridge"),
+            path: layout.bridge.clone(),
             message: format!(
                 "a bridge ran here (last seen {seen}) and does not now; nothing waits here for \
                  other hosts"

@@ -38,8 +38,9 @@
 //! | `clock` | protocol instants, the settle rule, the size cap | `mailbox.md` §4, §5 |
 //! | `sys` | platform differences: `renameat2`, `getdents64`, stamps | `mailbox.md` §9.9 |
 //! | `io` | the seam: every effect and read, the hook, durability, poisoning ([`IoOptions`]) | `mailbox.md` §9 |
-//! | `atomic` | the atomic write and the claim | `mailbox.md` §9.1, §9.2 |
-//! | `mailbox` | the Ralph mailbox ([`Mailbox`]), one file per spec section | `mailbox.md` |
+//! | `atomic` | the atomic write and the one claim step (rename or link) | `mailbox.md` §9.1, §9.2, §9.10 |
+//! | [`bridge_state`] | `bridge/state.json`, one type for its writer and its readers | `bridge.md` §7 |
+//! | `mailbox` | the Ralph mailbox ([`Mailbox`]), one file per spec section; `delivery/` (a pass's deliveries: slots, claims, records, group commits, acks), `bridge/` (the bridge's side, [`BridgeSide`]) | `mailbox.md`, `bridge.md` |
 //! | `doctor` | [`diagnose`]: what is wrong with a root | `mailbox.md` §1, §8 |
 //! | [`goblin`], [`mux`] | the other file dialects | `goblin.md`, `mux.md` |
 //! | `lines`, [`flux`], [`pilot`] | the stream dialects on a shared line splitter | `streams.md` |
@@ -71,12 +72,14 @@ pub use doctor::{Finding, Severity, diagnose};
 pub use error::{Error, ErrorKind, Result};
 pub use io::{Durability, FsHook, FsOp, IoOptions, LINK_CLAIMS_ENV, PORTABLE_RENAME_ENV};
 pub use mailbox::{
-    ArchivedBroadcast, BroadcastsSeen, Buffered, DEFAULT_QUORUM, Finished, Imported, LAYOUT,
-    Mailbox, MailboxOptions, Outbound, OutboundPlace, OutboundSignal, Outgoing, Pass, PassControl,
-    PauseLock, Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE,
+    ArchivedBroadcast, BridgeSide, BroadcastsSeen, Buffered, DEFAULT_QUORUM, Finished, Imported,
+    LAYOUT, Mailbox, MailboxOptions, Outbound, OutboundPlace, OutboundSignal, Outgoing, Pass,
+    PassControl, PauseLock, Pending, Presence, Problem, ProblemKind, Rejection, SHARED_DIR_MODE,
     SHARED_FILE_MODE, Settling,
 };
-pub use signal::{NewSignal, ROLES, Signal, SignalType, Target, agent_name_problem, valid_agent};
+pub use signal::{
+    NewSignal, ROLES, Signal, SignalType, Target, agent_name_problem, valid_agent, valid_sender,
+};
 
 /// Internals exposed for the fuzz targets and property tests only: not part of the API, may
 /// change at any time.

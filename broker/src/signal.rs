@@ -77,6 +77,16 @@ impl SignalType {
     pub fn stops_pass(self) -> bool {
         matches!(self, SignalType::Pause | SignalType::Abort)
     }
+
+    /// True for RESUME, ABORT, STEER and INFO: the signals that end a PAUSE handler's wait
+    /// (`wait_resume` in the client library and in Python). Another PAUSE, an APPROVE or a
+    /// SKIP keeps it waiting.
+    pub fn ends_pause_wait(self) -> bool {
+        matches!(
+            self,
+            SignalType::Resume | SignalType::Abort | SignalType::Steer | SignalType::Info
+        )
+    }
 }
 
 impl fmt::Display for SignalType {
@@ -117,6 +127,13 @@ pub fn valid_agent(name: &str) -> bool {
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-')
         && !name.eq_ignore_ascii_case("ALL")
+}
+
+/// True when `name` may be a signal's sender (`from`): text on one line, not only blanks,
+/// without control characters. A sender is not an agent: any such text names one.
+/// [`Mailbox::send`](crate::Mailbox::send) refuses a signal whose sender breaks the rule.
+pub fn valid_sender(name: &str) -> bool {
+    !name.trim().is_empty() && !name.chars().any(char::is_control)
 }
 
 /// Why `name` is not an agent name, as a reason that says what to write instead (the caller
@@ -361,5 +378,66 @@ impl NewSignal {
     pub fn field(&mut self, key: impl Into<String>, value: Value) -> &mut Self {
         self.extra.insert(key.into(), value);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One named test per case: `senders!(name: "text" => accepted;)`.
+    macro_rules! senders {
+        ($($name:ident: $text:expr => $ok:literal;)*) => {
+            $(
+                #[test]
+                fn $name() {
+                    assert_eq!(valid_sender($text), $ok, "{:?}", $text);
+                }
+            )*
+        };
+    }
+
+    senders! {
+        sender_an_agent_name: "Executor" => true;
+        sender_a_person_with_spaces: "Ada Lovelace" => true;
+        sender_unicode: "d\u{e9}veloppeur \u{1f600}" => true;
+        sender_inner_tab_is_control: "a\tb" => false;
+        sender_empty: "" => false;
+        sender_only_blanks: "  \u{a0} " => false;
+        sender_newline: "a\nb" => false;
+        sender_trailing_newline: "ci\n" => false;
+        sender_carriage_return: "a\rb" => false;
+        sender_escape: "a\u{1b}[31mb" => false;
+        sender_nul: "a\0b" => false;
+        sender_c1_control: "a\u{85}b" => false;
+        sender_delete: "a\u{7f}" => false;
+    }
+
+    /// One named test per type: `pause_waits!(name: TYPE => ends the wait;)`.
+    macro_rules! pause_waits {
+        ($($name:ident: $ty:ident => $ends:literal;)*) => {
+            $(
+                #[test]
+                fn $name() {
+                    assert_eq!(SignalType::$ty.ends_pause_wait(), $ends);
+                }
+            )*
+        };
+    }
+
+    pause_waits! {
+        resume_ends_a_pause_wait: Resume => true;
+        abort_ends_a_pause_wait: Abort => true;
+        steer_ends_a_pause_wait: Steer => true;
+        info_ends_a_pause_wait: Info => true;
+        pause_keeps_waiting: Pause => false;
+        approve_keeps_waiting: Approve => false;
+        skip_keeps_waiting: Skip => false;
+    }
+
+    #[test]
+    fn every_type_has_a_pause_wait_row() {
+        // The table above covers every type: a new type gets a row.
+        assert_eq!(SignalType::ALL.len(), 7);
     }
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sigbox::{Mailbox, MailboxOptions, PassControl, Presence, Signal, SignalType};
+use sigbox::{Mailbox, MailboxOptions, PassControl, Presence, Signal};
 
 use crate::watch::{POLL, Waiter};
 
@@ -352,12 +352,7 @@ impl Checkpoint {
                 control.keep_handed();
             }
             let batch = self.wait_with(left, &control, &mut |_| Ok(()))?;
-            let ends = batch.iter().any(|s| {
-                matches!(
-                    s.signal_type,
-                    SignalType::Resume | SignalType::Abort | SignalType::Steer | SignalType::Info
-                )
-            });
+            let ends = batch.iter().any(|s| s.signal_type.ends_pause_wait());
             got.extend(batch);
             if ends {
                 return Ok(got);

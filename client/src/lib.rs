@@ -58,6 +58,7 @@ mod checkpoint;
 mod durations;
 mod env;
 pub mod logfmt;
+pub mod pause;
 mod watch;
 
 pub use asks::{Waited, wait_outcome};

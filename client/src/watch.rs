@@ -245,7 +245,7 @@ impl Waiter {
         }
     }
 
-    /// Sets how often it looks again without events. Default: 1 s; at least [`MIN_POLL`].
+    /// Sets how often it looks again without events. Default: 1 s; at least 10 ms (`MIN_POLL`).
     pub fn poll(&mut self, every: Duration) -> &mut Self {
         self.poll = every.max(MIN_POLL);
         self

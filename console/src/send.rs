@@ -52,7 +52,7 @@ pub(crate) fn parse(body: &Value) -> Result<SendRequest, Refusal> {
         s.message(m);
     }
     if let Some(f) = text("from")? {
-        if f.trim().is_empty() || f.chars().any(char::is_control) {
+        if !sigbox::valid_sender(f) {
             return Err(format!(
                 "--from {f:?}: the sender's name must be non-empty text on one line, without \
                  control characters"

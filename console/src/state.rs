@@ -219,11 +219,11 @@ fn quarantine(mb: &Mailbox, root: &Path) -> sigbox::Result<Value> {
 /// The bridge of this root, when one ever ran here: running or not, and its last state
 /// (`bridge/state.json`: host, server, connected, agents here, agents claimed by hosts).
 fn bridge(mb: &Mailbox) -> sigbox::Result<Value> {
-    let Some(bytes) = mb.bridge_state()? else {
+    let Some(bytes) = mb.bridge().state_file()? else {
         return Ok(Value::Null);
     };
     let state: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    Ok(json!({"running": mb.bridge_running()?, "state": state}))
+    Ok(json!({"running": mb.bridge().running()?, "state": state}))
 }
 
 /// Recent signals: the newest records of `processed/` (sent, then delivered or archived, with

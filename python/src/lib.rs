@@ -245,12 +245,7 @@ impl Checkpoint {
         timeout: Option<f64>,
     ) -> PyResult<Vec<Bound<'py, PyDict>>> {
         self.wait_until(py, timeout, |got| {
-            got.iter().any(|s| {
-                matches!(
-                    s.signal_type,
-                    SignalType::Resume | SignalType::Abort | SignalType::Steer | SignalType::Info
-                )
-            })
+            got.iter().any(|s| s.signal_type.ends_pause_wait())
         })
     }
 
@@ -331,16 +326,6 @@ fn send(
         Some("") => Target::None,
         Some(t) => Target::parse_sent(t).map_err(|e| error(py, e, None, true))?,
     };
-    if let Some(f) = &sender
-        && (f.trim().is_empty() || f.chars().any(char::is_control))
-    {
-        return Err(error(
-            py,
-            format!("sender {f:?}: non-empty text on one line, without control characters"),
-            None,
-            true,
-        ));
-    }
     let mut s = NewSignal::new(ty);
     s.target(target);
     if let Some(m) = message {

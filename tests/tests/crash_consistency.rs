@@ -1130,7 +1130,7 @@ fn bridge_dir_stems(root: &Path, dir: &str) -> BTreeSet<String> {
 /// then imports a signal from another host for the Executor. After the crash, every signal is
 /// delivered here, or waits in `bridge/outbox/` for the next bridge to publish it again, or is
 /// recorded in `bridge/sent/` only if it was published; never two of these; and the imported
-/// signal, once `bridge_import` said it was written, is delivered.
+/// signal, once `BridgeSide::import` said it was written, is delivered.
 #[test]
 fn crash_during_a_bridge_export_and_import() {
     for mode in [Mode::Rename, Mode::Portable, Mode::Link] {
@@ -1158,11 +1158,12 @@ fn crash_during_a_bridge_export_and_import() {
             let mut imported = false;
             let here = |a: &str| a == "Executor";
             let mut seen = sigbox::BroadcastsSeen::default();
-            if let Ok(outs) = mb.bridge_take("h0", 64, &here, &mut seen) {
+            if let Ok(outs) = mb.bridge().take("h0", 64, &here, &mut seen) {
                 published.extend(outs.iter().map(|o| sigbox_tests::stem(&o.id)));
-                if mb.bridge_exported(&outs).is_ok() {
+                if mb.bridge().exported(&outs).is_ok() {
                     imported = matches!(
-                        mb.bridge_import(&format!("{import_id}.json"), import_body.as_bytes()),
+                        mb.bridge()
+                            .import(&format!("{import_id}.json"), import_body.as_bytes()),
                         Ok(sigbox::Imported::Written)
                     );
                 }
@@ -1250,7 +1251,7 @@ fn check_bridge_image(
         );
     }
     // The next bridge reads its outbox without error and publishes what waits there.
-    let again = opts().open(crashed).unwrap().bridge_outbox("h0").unwrap();
+    let again = opts().open(crashed).unwrap().bridge().outbox("h0").unwrap();
     for o in &again {
         assert!(
             outbox.contains(&sigbox_tests::stem(&o.id)),

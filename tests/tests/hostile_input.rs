@@ -216,6 +216,36 @@ fn invalid_sender_input_is_refused_before_anything_is_written() {
 }
 
 #[test]
+fn a_sender_not_on_one_line_is_refused_by_send_and_nothing_is_written() {
+    // The rule is the library's: every caller of `send` (the CLI, MCP, Python, hooks) gets it.
+    let tmp = tempfile::tempdir().unwrap();
+    let mb = sigbox::Mailbox::init(tmp.path()).unwrap();
+    for bad in [
+        "",
+        "   ",
+        "two\nlines",
+        "cr\r",
+        "tab\there",
+        "esc\u{1b}[2J",
+        "nul\0",
+        "\u{85}",
+    ] {
+        let err = mb
+            .send(NewSignal::new(SignalType::Info).from(bad))
+            .unwrap_err();
+        assert_eq!(err.kind(), sigbox::ErrorKind::InvalidName, "{bad:?}");
+        assert!(err.to_string().contains("sender"), "{err}");
+    }
+    assert!(sigbox_tests::names(&tmp.path().join("inputs")).is_empty());
+    // Any other text names a sender.
+    for good in ["alice", "Ada Lovelace", "d\u{e9}j\u{e0} vu", "../x"] {
+        mb.send(NewSignal::new(SignalType::Info).from(good))
+            .unwrap();
+    }
+    assert_eq!(sigbox_tests::names(&tmp.path().join("inputs")).len(), 4);
+}
+
+#[test]
 fn opening_a_missing_root_names_it() {
     let err = sigbox::Mailbox::open(Path::new("/nonexistent/sigbox-root")).unwrap_err();
     assert_eq!(err.kind(), sigbox::ErrorKind::NotInitialized);

@@ -165,16 +165,13 @@ impl Io {
     /// source has two links and no other claim links it, so the claim that removes the source
     /// later is the only one holding it. Without a `link` (a filesystem that makes none, or
     /// something else than a regular file) the caller moves the file by rename.
-    pub(crate) fn link_exclusive(&self, from: &Path, to: &Path) -> Result<Linked> {
-        Ok(self.link_exclusive_holding(from, to)?.0)
-    }
-
-    /// [`Io::link_exclusive`], keeping the rename lock until the returned guard drops: a move
-    /// that must look whole to every process resolving second links (an archive into
-    /// `processed/`, whose link a resolver would otherwise take for an interrupted claim's)
-    /// holds it until its source is gone. Nothing that takes the rename lock may run while
-    /// the guard is held.
-    pub(crate) fn link_exclusive_holding(
+    ///
+    /// The rename lock is kept until the returned guard drops: a move that must look whole to
+    /// every process resolving second links (an archive into `processed/`, whose link a
+    /// resolver would otherwise take for an interrupted claim's) holds it until its source is
+    /// gone; a caller that does not drops it at once. Nothing that takes the rename lock may
+    /// run while the guard is held.
+    pub(crate) fn link_exclusive(
         &self,
         from: &Path,
         to: &Path,

@@ -17,7 +17,7 @@
 //! | `quarantine.rs` | moving invalid files aside | §8 |
 //! | `inspect.rs` | read-only views for `ls`, `log`, `doctor` | §3.4 |
 //! | `overview.rs` | read-only views for the console | spec/console.md |
-//! | `bridge.rs` | export to and import from other hosts | spec/bridge.md |
+//! | `bridge/` | the bridge's side ([`BridgeSide`]): lock, state file, holds, export, import, what waits for other hosts | spec/bridge.md |
 
 mod bridge;
 mod broadcast;
@@ -28,7 +28,6 @@ mod inspect;
 mod layout;
 mod links;
 mod options;
-mod outbound;
 mod overview;
 mod pass;
 mod presence;
@@ -45,11 +44,12 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 
-pub use bridge::{BroadcastsSeen, Imported, Outgoing};
+pub use bridge::{
+    BridgeSide, BroadcastsSeen, Imported, Outbound, OutboundPlace, OutboundSignal, Outgoing,
+};
 pub use layout::LAYOUT;
 pub(crate) use layout::Layout;
 pub use options::{DEFAULT_QUORUM, MailboxOptions, SHARED_DIR_MODE, SHARED_FILE_MODE};
-pub use outbound::{Outbound, OutboundPlace, OutboundSignal};
 pub use pass::PassControl;
 pub use presence::{PauseLock, Presence};
 pub use report::{
@@ -82,7 +82,7 @@ pub struct Mailbox {
     /// Files a watcher saw renamed in (`Mailbox::arrived_whole`), with the inode and mtime the
     /// first scan after that found (`scan.rs`).
     arrivals: Mutex<HashMap<PathBuf, Option<(u64, i128)>>>,
-    /// What this handle has in flight, per agent (`inflight.rs`). Held for a whole pass.
+    /// What this handle has in flight, per agent (`delivery/slot.rs`). Held for a whole pass.
     flights: Mutex<HashMap<String, delivery::Flight>>,
 }
 
@@ -198,6 +198,11 @@ impl Mailbox {
         &self.layout.root
     }
 
+    /// The orchestrator's agent name.
+    pub fn orchestrator(&self) -> &str {
+        &self.opts.orchestrator
+    }
+
     /// The handle's filesystem seam, for what lives beside the mailbox (`asks/`).
     pub(crate) fn io(&self) -> &Io {
         &self.io
@@ -279,9 +284,25 @@ impl Mailbox {
     /// returns: the file is written and fsynced under a staging name in `inputs/` itself (a
     /// dot-file every reader skips), renamed to its canonical name there without replacing
     /// anything, and `inputs/` is fsynced. Readers never see a partial file.
+    ///
+    /// Refused, with nothing written: a target that is not an agent's name, a sender that
+    /// is not text on one line ([`valid_sender`](crate::valid_sender)), a signal over the
+    /// size cap.
     pub fn send(&self, s: &NewSignal) -> Result<String> {
         if let Target::Agent(a) = &s.target {
             self.check_agent(a)?;
+        }
+        if let Some(f) = &s.from
+            && !crate::signal::valid_sender(f)
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidName,
+                None,
+                format!(
+                    "sender {f:?}: the sender's name must be non-empty text on one line, \
+                     without control characters"
+                ),
+            ));
         }
         let micros = next_micros();
         let at = DateTime::from_timestamp_micros(micros).unwrap_or_else(Utc::now);

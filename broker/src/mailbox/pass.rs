@@ -14,12 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use super::Mailbox;
-use super::delivery::{Batch, Delivery, Flight, GROUP_COMMIT, Held, Orphan};
+use super::delivery::{Deliveries, Delivery, HandOver, Orphan};
 use super::report::Pass;
-use super::route::{Action, Item, Source, Who, decide};
+use super::route::{Action, Item, Source, Who, consumer_agent, decide};
 use super::scan::Scan;
 use crate::error::{Error, ErrorKind, Result};
-use crate::signal::Signal;
 
 /// When a pass held back by a bridge (spec/bridge.md §5) says to look again.
 const HELD_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
@@ -95,17 +94,6 @@ impl<'a> PassControl<'a> {
     }
 }
 
-/// Where a pass hands its durable deliveries, group by group.
-type HandOver<'h> = &'h mut dyn FnMut(&[Signal]) -> std::io::Result<()>;
-
-/// A pass's hand-over: the caller's function, whether it has failed (after which nothing
-/// more is handed to it), and whether a group it took is acknowledged at once.
-struct Handing<'h> {
-    to: HandOver<'h>,
-    failed: bool,
-    ack: bool,
-}
-
 /// Holds a pass's idle flag cleared, and sets it again however the pass returns.
 struct Busy<'a>(Option<&'a AtomicBool>);
 
@@ -131,7 +119,7 @@ impl Mailbox {
     /// `spec/mailbox.md`).
     ///
     /// First it acknowledges what this handle's previous pass for `agent` delivered (as
-    /// [`Mailbox::ack`] does), and delivers again, marked ([`Signal::redelivery`]), what
+    /// [`Mailbox::ack`] does), and delivers again, marked ([`Signal::redelivery`](crate::Signal::redelivery)), what
     /// consumers of `agent` that died left claimed and never handed over.
     ///
     /// **Durability:** every delivered signal has been durably claimed (moved into this
@@ -197,7 +185,7 @@ impl Mailbox {
         // broadcasts, which travel apart, are delivered. Looked at only when the pass has
         // something of the agent's: an idle pass pays nothing for it.
         let hold = std::cell::OnceCell::new();
-        let held = || *hold.get_or_init(|| self.bridge_holds(agent));
+        let held = || *hold.get_or_init(|| self.bridge().holds(agent));
         let adopted = flight.adoption_mark();
         let mut orphans = self.orphans(agent, flight)?;
         if !orphans.is_empty() && held() {
@@ -222,8 +210,9 @@ impl Mailbox {
             other => other?,
         };
         let mine = |it: &Item| {
-            it.signal_type
-                .is_some_and(|ty| self.consumer_agent(ty, &it.target) == Some(agent))
+            it.signal_type.is_some_and(|ty| {
+                consumer_agent(ty, &it.target, &self.opts.orchestrator) == Some(agent)
+            })
         };
         let buffered = !buf.items.is_empty() || !buf.rejects.is_empty() || !buf.settling.is_empty();
         if (buffered || scan.items.iter().any(mine)) && held() {
@@ -274,26 +263,19 @@ impl Mailbox {
             items.extend(buf.items);
             items.sort_by(|a, b| (a.instant, &a.name).cmp(&(b.instant, &b.name)));
         }
-        let mut batch = Batch::new(GROUP_COMMIT);
-        let mut handing = Handing {
-            to: hand_over,
-            failed: false,
-            ack: !control.ack_later,
-        };
+        let mut deliveries = Deliveries::new(self, agent, flight, hand_over, !control.ack_later);
         let mut run = Run {
             who: &who,
             control,
             pass: &mut pass,
-            batch: &mut batch,
-            handing: &mut handing,
-            flight,
+            deliveries: &mut deliveries,
         };
         let routed = self.route(&orphans, &items, &mut run);
         // Hand over what is durable: every delivery when all went well; after an error, the
         // deliveries that were made durable (the claims still pending are committed first,
         // when possible).
-        let committed = self.commit(run.batch);
-        let handed = self.hand_over(&mut run);
+        let committed = deliveries.commit();
+        let handed = deliveries.hand_out(&mut pass);
         if let Err(e) = routed.and(committed).and(handed) {
             if pass.delivered.is_empty() {
                 return Err(e);
@@ -310,84 +292,23 @@ impl Mailbox {
         Ok(pass)
     }
 
-    /// Hands the batch's durable deliveries over, unless an earlier hand-over failed; what
-    /// the caller takes is held for its acknowledgement (at once, with `pass_with`).
-    fn hand_over(&self, run: &mut Run<'_, '_>) -> Result<()> {
-        // What the commit found invalid or unsettled among claims by link.
-        run.pass.rejected.append(&mut run.batch.rejected);
-        for s in std::mem::take(&mut run.batch.settling) {
-            run.pass.note_settling(s.path, s.until);
-        }
-        let ready = run.batch.take_durable();
-        if ready.is_empty() {
-            return Ok(());
-        }
-        if run.handing.failed {
-            // Nothing more goes to a caller that could not take the last group.
-            self.undo(ready)?;
-            return Ok(());
-        }
-        // Each claim's record in processed/ is named now, so that what the caller shows of it
-        // says where the file will be once acknowledged (spec/cli.md, `path`).
-        let mut ready = ready;
-        let named = ready.iter_mut().try_for_each(|d| {
-            if let Held::Claim(slot, record) = &mut d.held {
-                let r = self.record_for(slot)?;
-                d.signal.record = Some(r.clone());
-                *record = Some(r);
-            }
-            Ok::<(), Error>(())
-        });
-        if let Err(e) = named {
-            run.handing.failed = true;
-            self.undo(ready)?;
-            return Err(e);
-        }
-        let signals: Vec<Signal> = ready.iter().map(|d| d.signal.clone()).collect();
-        if let Err(e) = (run.handing.to)(&signals) {
-            run.handing.failed = true;
-            // Claimed but not handed over: put back for a later pass, never stranded.
-            let stuck = self.undo(ready)?;
-            let reason = match stuck {
-                0 => "cannot hand the claimed signals over; they are pending again".to_string(),
-                n => format!(
-                    "cannot hand the claimed signals over; {n} of them could not be put back \
-                     and stay in flight"
-                ),
-            };
-            return Err(Error::io(&self.layout.root, &reason, e));
-        }
-        run.flight.handed.extend(ready.into_iter().map(|d| d.held));
-        run.pass.delivered.extend(signals);
-        if run.handing.ack {
-            self.ack_handed(run.flight)?;
-        }
-        Ok(())
-    }
-
-    /// Commits the batch and hands its deliveries over.
-    fn commit_and_hand_over(&self, run: &mut Run<'_, '_>) -> Result<()> {
-        self.commit(run.batch)?;
-        self.hand_over(run)
-    }
-
     /// Delivers again what dead consumers left (oldest first), then carries out the routing
     /// table for every item in FIFO order.
-    fn route(&self, orphans: &[Orphan], items: &[Item], run: &mut Run<'_, '_>) -> Result<()> {
+    fn route(&self, orphans: &[Orphan], items: &[Item], run: &mut Run<'_, '_, '_>) -> Result<()> {
         let agent = run.who.agent;
         for o in orphans {
             if run
                 .control
-                .should_stop(run.pass.delivered.len() + run.batch.len())
+                .should_stop(run.pass.delivered.len() + run.deliveries.len())
             {
-                return self.commit_and_hand_over(run);
+                return run.deliveries.commit_and_hand_out(run.pass);
             }
             if let Some(d) = self.redeliver(o, agent, run.pass)? {
                 let stop = d.signal.signal_type.stops_pass();
-                run.batch.push(d);
+                run.deliveries.push(d);
                 if stop {
                     run.pass.stopped = true;
-                    return self.commit_and_hand_over(run);
+                    return run.deliveries.commit_and_hand_out(run.pass);
                 }
             }
         }
@@ -398,7 +319,7 @@ impl Mailbox {
         for item in items {
             if run
                 .control
-                .should_stop(run.pass.delivered.len() + run.batch.len())
+                .should_stop(run.pass.delivered.len() + run.deliveries.len())
             {
                 break;
             }
@@ -415,14 +336,14 @@ impl Mailbox {
                 Action::Leave => None,
                 // Claims join the batch: durable when it commits.
                 Action::Claim => {
-                    let slot = self.own_slot(agent, run.flight)?;
-                    let before = run.batch.len();
-                    let mut d = self.claim(&slot, dir, item, agent, run.pass, run.batch)?;
+                    let slot = run.deliveries.slot()?;
+                    let before = run.deliveries.len();
+                    let mut d = run.deliveries.claim(&slot, dir, item, run.pass)?;
                     // Lost to the orchestrator, which moved it into this agent's buffer since
                     // the scan (the agent was absent a moment): taken from there in its turn,
                     // so that no later signal overtakes it (spec/mailbox.md §4).
                     if d.is_none()
-                        && run.batch.len() == before
+                        && run.deliveries.len() == before
                         && item.source == Source::Inputs
                         && self.io.stamp(&own.join(&item.name))?.is_some()
                     {
@@ -430,15 +351,15 @@ impl Mailbox {
                             source: Source::Buffer,
                             ..item.clone()
                         };
-                        d = self.claim(&slot, &own, &moved, agent, run.pass, run.batch)?;
+                        d = run.deliveries.claim(&slot, &own, &moved, run.pass)?;
                     }
                     // A claim by link is decided at the commit (§9.10): one that would stop
                     // the pass commits at once.
                     if d.is_none()
-                        && run.batch.ends_linked()
+                        && run.deliveries.ends_linked()
                         && item.signal_type.is_some_and(|t| t.stops_pass())
                     {
-                        self.commit_and_hand_over(run)?;
+                        run.deliveries.commit_and_hand_out(run.pass)?;
                         if run
                             .pass
                             .delivered
@@ -454,8 +375,8 @@ impl Mailbox {
                 Action::Ack => {
                     // It may quarantine from inputs/ (an fsync of inputs/): commit first. An
                     // ack is durable as soon as it is written.
-                    self.commit_and_hand_over(run)?;
-                    let slot = self.own_slot(agent, run.flight)?;
+                    run.deliveries.commit_and_hand_out(run.pass)?;
+                    let slot = run.deliveries.slot()?;
                     match self.ack_once(&slot, item, agent, run.pass) {
                         Err(e) if refused.note(self.refused_alone(&e), &e) => None,
                         acked => {
@@ -470,7 +391,7 @@ impl Mailbox {
                     // The move into a buffer fsyncs inputs/: commit first, or the pending
                     // claims' removal from inputs/ could become durable before their arrival
                     // in their slot (lost in a crash).
-                    self.commit_and_hand_over(run)?;
+                    run.deliveries.commit_and_hand_out(run.pass)?;
                     match self.buffer(item, x, run.pass) {
                         Err(e) if refused.note(self.refused_alone(&e), &e) => {}
                         moved => moved?,
@@ -480,19 +401,19 @@ impl Mailbox {
             };
             if let Some(d) = delivery {
                 let stop = d.signal.signal_type.stops_pass();
-                run.batch.push(d);
+                run.deliveries.push(d);
                 if stop {
                     run.pass.stopped = true;
                     break;
                 }
             }
-            if run.batch.is_full() {
-                self.commit_and_hand_over(run)?;
+            if run.deliveries.is_full() {
+                run.deliveries.commit_and_hand_out(run.pass)?;
             }
         }
         // Archiving fsyncs processed/ and inputs/: commit first, so that a claim is never made
         // durable by another operation's fsyncs and then dropped when the commit fails.
-        self.commit_and_hand_over(run)?;
+        run.deliveries.commit_and_hand_out(run.pass)?;
         for item in broadcasts {
             match self.archive_if_acked(&item.name, agent) {
                 Err(e) if refused.note(self.refused_alone(&e), &e) => {}
@@ -546,11 +467,10 @@ impl Refused {
 }
 
 /// The state of one pass that its steps share.
-struct Run<'r, 'h> {
+struct Run<'r, 'd, 'h> {
     who: &'r Who<'r>,
     control: &'r PassControl<'r>,
     pass: &'r mut Pass,
-    batch: &'r mut Batch,
-    handing: &'r mut Handing<'h>,
-    flight: &'r mut Flight,
+    /// The pass's deliveries: its one owner of claims, group commits and hand-overs.
+    deliveries: &'r mut Deliveries<'d, 'h>,
 }

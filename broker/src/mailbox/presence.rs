@@ -2,6 +2,7 @@
 //! `agents/<agent>.lock`; the orchestrator buffers signals for agents whose lock nobody holds.
 
 use std::fs::File;
+use std::time::SystemTime;
 
 use serde_json::Value;
 
@@ -105,5 +106,34 @@ impl Mailbox {
             }
         }
         Ok(())
+    }
+
+    /// The agents seen on this host: every agent whose `agents/<agent>.lock` a live handle
+    /// holds (`true`: present now), or whose presence was taken here within `linger`
+    /// (`false`), each with its lock file's mtime (when its presence was last taken here):
+    /// an agent that polls now and then is not present between its polls, but its signals
+    /// may still be for this host.
+    pub fn agents_seen(&self, linger: std::time::Duration) -> Result<Vec<(String, bool, i128)>> {
+        // Saturating: a linger too long to subtract from now reaches back to any time.
+        let since = crate::clock::ns_of(SystemTime::now())
+            .saturating_sub(i128::try_from(linger.as_nanos()).unwrap_or(i128::MAX));
+        let mut out = Vec::new();
+        for e in self.io.list(&self.layout.agents, true)? {
+            let Some(agent) = e.name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            if !crate::signal::valid_agent(agent) {
+                continue;
+            }
+            let Some(st) = self.io.stamp(&self.layout.agents.join(&e.name))? else {
+                continue;
+            };
+            let now = self.is_present(agent);
+            if now || st.mtime_ns >= since {
+                out.push((agent.to_string(), now, st.mtime_ns));
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 }

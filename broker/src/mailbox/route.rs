@@ -32,6 +32,22 @@ pub(super) struct Item {
     pub(super) seen: Option<(u64, i128)>,
 }
 
+/// The agent whose consumer takes a signal of type `ty` for `target` (spec/mailbox.md §6,
+/// spec/bridge.md §2): its target's; the orchestrator's for APPROVE, SKIP and no target; none
+/// for a broadcast.
+pub(super) fn consumer_agent<'a>(
+    ty: SignalType,
+    target: &'a Target,
+    orchestrator: &'a str,
+) -> Option<&'a str> {
+    match target {
+        _ if ty.is_approval() => Some(orchestrator),
+        Target::All => None,
+        Target::None => Some(orchestrator),
+        Target::Agent(a) => Some(a),
+    }
+}
+
 /// Who runs a pass, and what that allows.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Who<'a> {

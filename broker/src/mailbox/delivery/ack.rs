@@ -158,7 +158,7 @@ impl Mailbox {
     /// they are handed over for good and never delivered again, also after a crash. The next
     /// pass of this handle for `agent` does the same first; a handle dropped (or a process
     /// that dies) without it leaves them to be delivered again, marked
-    /// ([`Signal::redelivery`]). Returns how many were acknowledged.
+    /// ([`Signal::redelivery`](crate::Signal::redelivery)). Returns how many were acknowledged.
     ///
     /// **Durability:** `processed/` is fsynced before this returns.
     pub fn ack(&self, agent: &str) -> Result<usize> {

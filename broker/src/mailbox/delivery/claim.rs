@@ -9,10 +9,10 @@ use serde_json::{Map, Value};
 
 use super::Delivery;
 use super::commit::{Batch, Entry, LinkedClaim};
-use crate::atomic::{self, Claimed};
+use crate::atomic::{self, Claimed, LinkStep};
 use crate::body::{self, Handled};
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{Linked, ReadOutcome};
+use crate::io::ReadOutcome;
 use crate::mailbox::report::Pass;
 use crate::mailbox::route::Item;
 use crate::mailbox::{Mailbox, identity, lossy};
@@ -139,14 +139,15 @@ impl Mailbox {
                     for d in [dest_dir, self.layout.inputs.as_path(), dir] {
                         b.open_dir(&self.io, d)?;
                     }
-                    // By link where renames are not atomic across directories (§9.10): the
+                    // By link where renames are not atomic across directories (§9.10), by the
+                    // one claim step a single claim takes too ([`atomic::link_step`]): the
                     // claim is decided at the commit, once the link is durable.
                     let claimed = 'claimed: {
                         let mut tries = 0;
-                        while self.io.link_claims() {
+                        loop {
                             tries += 1;
-                            match self.io.link_exclusive(&src, &dest)? {
-                                Linked::Done(st) => {
+                            match atomic::link_step(&self.io, &src, &dest, false, Ok)? {
+                                LinkStep::Linked(ino) => {
                                     b.claims += 1;
                                     b.note_source(&self.layout.inputs, dir);
                                     b.deliveries.push(Entry::Linked(Box::new(LinkedClaim {
@@ -156,18 +157,18 @@ impl Mailbox {
                                         extra: extra.clone(),
                                         agent: agent.to_string(),
                                         expected,
-                                        ino: st.ino,
+                                        ino,
                                     })));
                                     return Ok(Some(None));
                                 }
-                                Linked::SourceGone => break 'claimed Claimed::Lost,
-                                Linked::DestExists => break 'claimed Claimed::DestExists,
-                                Linked::Busy => {
+                                LinkStep::Lost => break 'claimed Claimed::Lost,
+                                LinkStep::DestExists => break 'claimed Claimed::DestExists,
+                                LinkStep::Busy => {
                                     if tries > 1 || !self.busy_source(dir, name, agent, pass)? {
                                         break 'claimed Claimed::Lost;
                                     }
                                 }
-                                Linked::Unlinkable => break,
+                                LinkStep::ByRename => break,
                             }
                         }
                         let annotate = || self.annotate(&dest, name, &extra, agent, expected);

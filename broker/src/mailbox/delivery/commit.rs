@@ -36,7 +36,7 @@ pub(in crate::mailbox) struct Batch {
     /// Files a commit found invalid (claims by link are read at the commit) and quarantined.
     pub(in crate::mailbox) rejected: Vec<Rejection>,
     /// The files a commit put back to settle, and when each is to be looked at again.
-    pub(in crate::mailbox) settling: Vec<Settling>,
+    pub(super) settling: Vec<Settling>,
 }
 
 /// One place in a batch's FIFO order. Deliveries are the common entry and stay unboxed.

@@ -6,14 +6,15 @@
 //! | `mod.rs` | the vocabulary: a [`Delivery`], how it is taken back ([`Undo`]), where it waits ([`Held`]) | §9.2 |
 //! | `slot.rs` | claim slots `claimed/<Agent>/<n>/` and their `flock`s, what a handle has in flight | §9.2 |
 //! | `record.rs` | the claimed file read, its handling record spliced in, the delivery made of it | §3.4, §9.2 |
-//! | `commit.rs` | a pass's group of claims ([`Batch`](commit::Batch)), its group commit, the decisions on claims by link, taking back | §9.2, §9.10 |
-//! | `claim.rs` | the claim: a no-clobber move (rename or link) into the slot | §9.2, §9.10 |
+//! | `commit.rs` | a group of claims ([`Batch`](commit::Batch)), its group commit, the decisions on claims by link, taking back | §9.2, §9.10 |
+//! | `deliveries.rs` | a pass's deliveries as one value ([`Deliveries`]): claimed, committed in groups, handed out, acknowledged or rolled back | §9.2 |
+//! | `claim.rs` | the claim: a no-clobber move (rename or link, by [`atomic::link_step`](crate::atomic::link_step)) into the slot | §9.2, §9.10 |
 //! | `recover.rs` | moves a crash interrupted: twins, files in two places, put back | §9.3, §9.6 |
 //! | `buffer.rs` | the orchestrator's move into an absent agent's buffer | §6, §9.3 |
 //! | `redeliver.rs` | slots of dead consumers taken over, their signals delivered again, broadcast markers | §9.2 |
 //! | `ack.rs` | the acknowledgement: a handed-over claim into `processed/` | §9.2 |
 //!
-//! The pass (`pass.rs`) is their caller.
+//! The pass (`pass.rs`) is their caller, through [`Deliveries`].
 
 use std::path::PathBuf;
 
@@ -23,6 +24,7 @@ mod ack;
 mod buffer;
 mod claim;
 mod commit;
+mod deliveries;
 mod record;
 mod recover;
 mod redeliver;
@@ -31,13 +33,14 @@ mod slot;
 mod tests;
 
 pub(super) use commit::Batch;
+pub(super) use deliveries::{Deliveries, HandOver};
 pub(super) use redeliver::Orphan;
 pub(super) use slot::Flight;
 
 /// Claims per group commit: a pass makes its claims durable together, at most this many at a
 /// time, so that the first are handed over while the pass goes on. A claim holds no
 /// descriptor until the commit, so the group does not depend on the descriptor limit.
-pub(super) const GROUP_COMMIT: usize = 64;
+const GROUP_COMMIT: usize = 64;
 
 /// A signal claimed for delivery.
 pub(in crate::mailbox) struct Delivery {
@@ -48,7 +51,7 @@ pub(in crate::mailbox) struct Delivery {
     /// How to take the delivery back if it cannot be handed over.
     pub(super) undo: Undo,
     /// Where it waits for its acknowledgement once handed over.
-    pub(super) held: Held,
+    held: Held,
 }
 
 /// What takes back a delivery that was made but could not be handed over.
@@ -63,7 +66,7 @@ pub(super) enum Undo {
 
 impl Delivery {
     /// A delivery that is durable as made.
-    pub(super) fn durable(signal: Signal, undo: Undo, held: Held) -> Delivery {
+    fn durable(signal: Signal, undo: Undo, held: Held) -> Delivery {
         Delivery {
             signal,
             pending: None,
@@ -89,7 +92,7 @@ impl Delivery {
 
 /// Where a delivery sits until it is acknowledged.
 #[derive(Clone, Debug)]
-pub(super) enum Held {
+enum Held {
     /// A claimed file in a slot: acknowledged by its move into `processed/`, under the
     /// record's path the hand-over named ([`Signal::record`](crate::Signal::record); `None`
     /// before the hand-over).

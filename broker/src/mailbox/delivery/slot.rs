@@ -31,7 +31,7 @@ pub(in crate::mailbox) struct Flight {
     pub(super) adopted: Vec<Slot>,
     /// Handed over and not yet acknowledged: [`Mailbox::pass`] returns deliveries in this
     /// state; the next pass of the handle, or [`Mailbox::ack`], acknowledges them.
-    pub(in crate::mailbox) handed: Vec<Held>,
+    pub(super) handed: Vec<Held>,
 }
 
 impl Flight {

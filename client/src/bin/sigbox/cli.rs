@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// A crash-safe, file-based signal broker for agent pipelines.
 #[derive(Debug, Parser)]
@@ -264,7 +264,7 @@ pub(crate) struct HookArgs {
     pub(crate) strict: bool,
     /// How a PermissionRequest is asked of a person (spec/hooks.md).
     #[command(flatten)]
-    pub(crate) permission: crate::cmd::hook::permission::PermissionArgs,
+    pub(crate) permission: PermissionArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -561,19 +561,6 @@ pub(crate) struct WaitArgs {
     pub(crate) poll_interval: Option<Duration>,
 }
 
-pub(crate) use sigbox_client::{parse_duration, parse_settle};
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cli_is_well_formed() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
-    }
-}
-
 /// `sigbox ask`.
 #[derive(Debug, Args)]
 pub(crate) struct AskArgs {
@@ -617,4 +604,47 @@ pub(crate) struct AnswerArgs {
     /// host to take or refuse the answer.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub(crate) wait: Duration,
+}
+
+/// What a permission request decides when no person answers in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum NoAnswer {
+    /// No decision: the runtime shows its own prompt.
+    Prompt,
+    /// Allow the tool call.
+    Allow,
+    /// Deny it.
+    Deny,
+}
+
+/// The options of `sigbox hook` for permission requests.
+#[derive(Clone, Debug, Args)]
+pub(crate) struct PermissionArgs {
+    /// How long a PermissionRequest waits for a person's answer (`sigbox answer`) before the
+    /// runtime's own prompt follows; keep it under the hook's time limit [default: 50s for
+    /// claude and codex, 25s for copilot].
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) permission_wait: Option<Duration>,
+    /// What a PermissionRequest decides when nobody answers in time: `prompt` (no decision,
+    /// the runtime asks at its terminal), `allow` or `deny`.
+    #[arg(
+        long,
+        value_enum,
+        env = "SIGBOX_PERMISSION_DEFAULT",
+        default_value = "prompt"
+    )]
+    pub(crate) permission_default: NoAnswer,
+}
+
+pub(crate) use sigbox_client::{parse_duration, parse_settle};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use sigbox::{Signal, SignalType};
 use sigbox_client::Checkpoint;
+use sigbox_client::pause::{self, Folded, InForce, PauseAfter};
 
 use crate::cli::{HookArgs, Runtime};
 
@@ -117,11 +118,6 @@ struct Verdict {
     news: bool,
 }
 
-/// A signal's instant in nanoseconds (its `created_at`).
-fn instant(s: &Signal) -> Option<i64> {
-    s.created_at.and_then(|t| t.timestamp_nanos_opt())
-}
-
 /// The instant a recorded PAUSE counts from.
 fn record_instant(r: &Value) -> Option<i64> {
     r.get("created_at")
@@ -175,52 +171,28 @@ fn plain_line(s: &Signal) -> String {
 }
 
 /// Folds the signals of a call into what the agent must do, from the PAUSE in force before
-/// them (`held`). A PAUSE stays in force until a RESUME from a later instant, an ABORT or a
-/// STEER arrives.
+/// them (`held`, its record), by the rules of [`sigbox_client::pause::fold`].
 fn judge(signals: &[Signal], held: Option<Value>) -> Verdict {
-    let mut v = Verdict::default();
-    let mut pause = held;
-    for s in signals {
-        match s.signal_type {
-            SignalType::Abort => {
-                v.abort.get_or_insert_with(|| describe(s));
-                pause = None;
-            }
-            SignalType::Pause => {
-                // The PAUSE in force given again (its answer was never written) keeps its
-                // record: when it was taken stays.
-                let same = pause
-                    .as_ref()
-                    .is_some_and(|p| p.get("id").and_then(Value::as_str) == Some(s.id.as_str()));
-                let newer = pause
-                    .as_ref()
-                    .is_none_or(|p| instant(s) >= record_instant(p));
-                if newer && !same {
-                    pause = Some(pause_record(s));
-                }
-            }
-            SignalType::Resume => {
-                if pause
-                    .as_ref()
-                    .is_some_and(|p| instant(s) >= record_instant(p))
-                {
-                    pause = None;
-                }
-                v.notes.push(describe(s));
-            }
-            SignalType::Steer => {
-                pause = None;
-                v.news = true;
-                v.notes.push(describe(s));
-            }
-            _ => {
-                v.news = true;
-                v.notes.push(describe(s));
-            }
-        }
+    let seen: Vec<Folded<'_>> = signals.iter().map(Folded::of).collect();
+    let in_force = held.as_ref().map(|p| InForce {
+        id: p.get("id").and_then(Value::as_str),
+        instant: record_instant(p),
+    });
+    let folded = pause::fold(&seen, in_force);
+    Verdict {
+        abort: folded.abort.map(|i| describe(&signals[i])),
+        pause: match folded.pause {
+            PauseAfter::None => None,
+            PauseAfter::Kept => held,
+            PauseAfter::Taken(i) => Some(pause_record(&signals[i])),
+        },
+        notes: folded
+            .notes
+            .iter()
+            .map(|&i| describe(&signals[i]))
+            .collect(),
+        news: folded.news,
     }
-    v.pause = pause;
-    v
 }
 
 /// What a Stop hook does about the end of a turn, besides the signals it hands over.

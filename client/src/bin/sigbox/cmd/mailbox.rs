@@ -72,8 +72,10 @@ pub(crate) fn send(root: &Path, args: SendArgs, out: &mut Out) -> anyhow::Result
         }
         None => {}
     }
+    // `send` refuses a sender that is not text on one line; asked first, so that the refusal
+    // names the option.
     if let Some(f) = args.from {
-        if f.trim().is_empty() || f.chars().any(char::is_control) {
+        if !sigbox::valid_sender(&f) {
             anyhow::bail!(
                 "--from {f:?}: the sender's name must be non-empty text on one line, without \
                  control characters"
@@ -305,7 +307,7 @@ impl Interrupts {
 pub(crate) fn ls(root: &Path, all: bool, out: &mut Out) -> anyhow::Result<ExitCode> {
     let mb = super::open(root)?;
     // What waits here on its way to another host, and why (spec/bridge.md §7).
-    let outbound = mb.bridge_outbound()?;
+    let outbound = mb.bridge().outbound()?;
     let bound = |p: &sigbox::Pending| {
         outbound
             .waiting

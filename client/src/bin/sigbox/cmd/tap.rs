@@ -240,8 +240,9 @@ pub(crate) fn run(
     command: &[String],
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    // The sender's name, as `send --from` takes it: non-empty text on one line.
-    if from.trim().is_empty() || from.chars().any(char::is_control) {
+    // The sender's name, as `send` takes it (refused before the command runs, not at its
+    // first line).
+    if !sigbox::valid_sender(from) {
         anyhow::bail!(
             "--as {from:?}: the sender's name must be non-empty text on one line, without \
              control characters"

@@ -9,12 +9,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
 use serde_json::{Map, Value, json};
 use sigbox::asks::{Asks, NewAsk, Outcome};
-use sigbox_client::{Waited, parse_duration};
+use sigbox_client::Waited;
 
-use crate::cli::{HookArgs, Runtime};
+use crate::cli::{HookArgs, NoAnswer, Runtime};
 
 /// The wait of Claude Code's and Codex's hooks when `--permission-wait` is not given: under
 /// Claude Code's command-hook default of 600 s and its earlier 60 s, and Codex's 600 s
@@ -27,36 +26,6 @@ const WAIT_COPILOT: Duration = Duration::from_secs(25);
 const INPUT_KEPT: usize = 256 << 10;
 /// The most of a tool's input shown in the request's one-line message, in characters.
 const SHOWN: usize = 400;
-
-/// What a permission request decides when no person answers in time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum NoAnswer {
-    /// No decision: the runtime shows its own prompt.
-    Prompt,
-    /// Allow the tool call.
-    Allow,
-    /// Deny it.
-    Deny,
-}
-
-/// The options of `sigbox hook` for permission requests.
-#[derive(Clone, Debug, Args)]
-pub(crate) struct PermissionArgs {
-    /// How long a PermissionRequest waits for a person's answer (`sigbox answer`) before the
-    /// runtime's own prompt follows; keep it under the hook's time limit [default: 50s for
-    /// claude and codex, 25s for copilot].
-    #[arg(long, value_parser = parse_duration)]
-    pub(crate) permission_wait: Option<Duration>,
-    /// What a PermissionRequest decides when nobody answers in time: `prompt` (no decision,
-    /// the runtime asks at its terminal), `allow` or `deny`.
-    #[arg(
-        long,
-        value_enum,
-        env = "SIGBOX_PERMISSION_DEFAULT",
-        default_value = "prompt"
-    )]
-    pub(crate) permission_default: NoAnswer,
-}
 
 /// The runtime a permission event comes from, when `v` (or `--event`) is one; `None` for
 /// every other event.

@@ -7,10 +7,13 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use super::Mailbox;
-use super::report::Pending;
-use super::route::Source;
+use super::BridgeSide;
+use crate::bridge_state::BridgeState;
 use crate::error::Result;
+use crate::mailbox::inspect::Look;
+use crate::mailbox::lossy;
+use crate::mailbox::report::Pending;
+use crate::mailbox::route::Source;
 use crate::signal::SignalType;
 
 /// Where a signal on its way to another host waits.
@@ -53,26 +56,22 @@ pub struct Outbound {
     pub waiting: Vec<OutboundSignal>,
 }
 
-impl Mailbox {
+impl BridgeSide<'_> {
     /// What waits here on its way to another host (spec/bridge.md §7): every signal in
     /// `bridge/outbox/`, and, once a bridge ran on this root, every pending signal of a known
     /// type, not a broadcast, whose agent is not an agent of this host: held back here as an
     /// agent of another host (`bridge/hold/<agent>`), or neither among the agents of this
     /// host in the bridge's last state nor present now. Empty where no bridge ever ran.
-    pub fn bridge_outbound(&self) -> Result<Outbound> {
-        if !self.io.is_dir(&self.layout.bridge) {
+    pub fn outbound(&self) -> Result<Outbound> {
+        if !self.mb.io.is_dir(&self.mb.layout.bridge) {
             return Ok(Outbound::default());
         }
-        let state: Option<Value> = self
-            .bridge_state()
-            .ok()
-            .flatten()
-            .and_then(|b| serde_json::from_slice(&b).ok());
-        let running = self.bridge_running()?;
+        let state: Option<BridgeState> = self.state().ok().flatten();
+        let running = self.running()?;
         let (reason, stranded) = outbound_reason(running, state.as_ref());
         // The host each held agent was last recorded on, from its hold's note.
         let mut hosts: HashMap<String, Option<String>> = HashMap::new();
-        for (agent, note) in self.bridge_held()? {
+        for (agent, note) in self.held()? {
             let note: Value = serde_json::from_slice(&note).unwrap_or(Value::Null);
             // A host name as the bridge makes them; anything else in a note is not shown.
             let host = note["host"]
@@ -85,29 +84,23 @@ impl Mailbox {
                 .map(str::to_string);
             hosts.insert(agent, host);
         }
-        let here: Option<Vec<String>> = state.as_ref().and_then(|s| {
-            s["here"].as_array().map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-        });
+        let here: Option<Vec<String>> = state.as_ref().and_then(|s| s.here.clone());
         let mut waiting = Vec::new();
         let away = |agent: &str| -> Option<Option<String>> {
             // Without a bridge the root is a plain mailbox: an agent present here takes them.
-            if !running && self.is_present(agent) {
+            if !running && self.mb.is_present(agent) {
                 return None;
             }
             match hosts.get(agent) {
                 Some(Some(h)) => Some(Some(h.clone())),
-                _ if self.is_present(agent) => None,
+                _ if self.mb.is_present(agent) => None,
                 _ => match &here {
                     Some(here) if !here.iter().any(|a| a == agent) => Some(None),
                     _ => None,
                 },
             }
         };
-        for p in self.pending()? {
+        for p in self.mb.pending()? {
             let Some(ty) = SignalType::parse(&p.type_name) else {
                 continue; // unknown types wait here for an agent that takes them
             };
@@ -123,15 +116,17 @@ impl Mailbox {
                 });
             }
         }
-        if self.io.is_dir(&self.layout.outbox) {
-            let outbox = &self.layout.outbox;
-            let scan = self.scan(outbox, Source::Buffer, &|_| true, SystemTime::now())?;
+        if self.mb.io.is_dir(&self.mb.layout.outbox) {
+            let outbox = &self.mb.layout.outbox;
+            let scan = self
+                .mb
+                .scan(outbox, Source::Buffer, &|_| true, SystemTime::now())?;
             for it in scan.items {
-                let (id, from, created_at) = match self.look(outbox, &it)? {
-                    super::inspect::Look::Pending(id, from, created_at) => (id, from, created_at),
-                    super::inspect::Look::Gone => continue,
+                let (id, from, created_at) = match self.mb.look(outbox, &it)? {
+                    Look::Pending(id, from, created_at) => (id, from, created_at),
+                    Look::Gone => continue,
                     _ => (
-                        crate::name::signal_id(&super::lossy(&it.name)).to_string(),
+                        crate::name::signal_id(&lossy(&it.name)).to_string(),
                         None,
                         None,
                     ),
@@ -139,7 +134,7 @@ impl Mailbox {
                 let agent = it
                     .signal_type
                     .and_then(|ty| self.consumer_agent(ty, &it.target))
-                    .unwrap_or(self.orchestrator())
+                    .unwrap_or(&self.mb.opts.orchestrator)
                     .to_string();
                 let host = hosts.get(&agent).cloned().flatten();
                 waiting.push(OutboundSignal {
@@ -173,29 +168,26 @@ impl Mailbox {
 
 /// Why signals for other hosts wait here, from whether a bridge runs and its last state; and
 /// whether they are stuck until someone acts.
-fn outbound_reason(running: bool, state: Option<&Value>) -> (String, bool) {
-    let text = |k: &str| {
-        state
-            .and_then(|s| s.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    let flag = |k: &str| state.and_then(|s| s.get(k)).and_then(Value::as_bool);
-    let server = text("nats").unwrap_or_else(|| "?".into());
+fn outbound_reason(running: bool, state: Option<&BridgeState>) -> (String, bool) {
+    let server = state
+        .and_then(|s| s.nats.clone())
+        .unwrap_or_else(|| "?".into());
     if !running {
         return (
             "no bridge runs on this root: they wait until `sigbox bridge` runs again".into(),
             true,
         );
     }
-    if flag("connected") == Some(false) {
-        let why = text("last_error").unwrap_or_else(|| "the connection is down".into());
+    if state.and_then(|s| s.connected) == Some(false) {
+        let why = state
+            .and_then(|s| s.last_error.clone())
+            .unwrap_or_else(|| "the connection is down".into());
         return (
             format!("the bridge cannot reach its server {server} ({why}): they wait until it can"),
             true,
         );
     }
-    if flag("ready") != Some(true) {
+    if state.and_then(|s| s.ready) != Some(true) {
         return (
             format!("the bridge is setting up its streams on {server}"),
             false,

@@ -1,0 +1,181 @@
+//! Import (spec/bridge.md §4): a signal from another host written into `inputs/` once, and
+//! the acks of broadcasts shared between hosts (`acks/<id>/<agent>.ack`).
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use super::BridgeSide;
+use crate::atomic::{self, Clobber, Placed};
+use crate::body;
+use crate::error::{Error, ErrorKind, Result};
+use crate::mailbox::identity;
+use crate::name;
+use crate::name::own;
+use crate::signal::{SignalType, Target};
+
+/// What [`BridgeSide::import`] did with a signal from another host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Imported {
+    /// Written into `inputs/`, durably.
+    Written,
+    /// Already here (pending, buffered, in flight, processed, quarantined or on its way out):
+    /// nothing written. A redelivery from the stream ends here.
+    Here,
+    /// Not a signal this mailbox accepts, with the reason: nothing written.
+    Refused(String),
+}
+
+impl BridgeSide<'_> {
+    /// Every ack of a broadcast under a canonical id (`acks/<id>/<agent>.ack`, the same id on
+    /// every host) as `(id, agent)`, once the broadcast was handed over (no marker of it left
+    /// in the agent's slots): what a bridge shares with the other hosts, so that an agent that
+    /// moves is not given again a broadcast it acked elsewhere (spec/bridge.md §5).
+    pub fn acks(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for d in self.mb.io.list(&self.mb.layout.acks, true)? {
+            let Some(id) = d.name.to_str() else { continue };
+            if d.kind != crate::sys::EntryKind::Dir
+                || name::parse_canonical(&format!("{id}.json"))
+                    .is_none_or(|c| c.target() != Target::All)
+            {
+                continue;
+            }
+            let marker =
+                crate::mailbox::Layout::marker_name(std::ffi::OsStr::new(&format!("{id}.json")));
+            for e in self.mb.io.list(&self.mb.layout.ack_dir(id), true)? {
+                if let Some(agent) = e.name.to_str().and_then(|n| n.strip_suffix(".ack"))
+                    && crate::signal::valid_agent(agent)
+                    && !self.in_flight_here(agent, &marker)?
+                {
+                    out.push((id.to_string(), agent.to_string()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// True when a slot of `agent` holds the broadcast marker `marker`: acked here and not
+    /// handed over yet (its consumer may have died). Such an ack is not shared: on another
+    /// host it would keep the agent from a broadcast it never got (spec/bridge.md §5).
+    fn in_flight_here(&self, agent: &str, marker: &str) -> Result<bool> {
+        for (_, slot) in self.mb.slots(agent)? {
+            if self.mb.io.stamp(&slot.join(marker))?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Records that `agent` acked broadcast `id` on host `from`: `acks/<id>/<agent>.ack`,
+    /// written durably without replacing anything. False when it was there already; refused
+    /// (an error) for an id that is not a canonical broadcast's or a name that is not an
+    /// agent's.
+    pub fn import_ack(&self, id: &str, agent: &str, from: &str) -> Result<bool> {
+        let file = format!("{id}.json");
+        let broadcast = name::parse_canonical(&file).is_some_and(|c| c.target() == Target::All);
+        if !broadcast || !crate::signal::valid_agent(agent) {
+            return Err(Error::new(
+                ErrorKind::InvalidName,
+                None,
+                format!("an ack of {id:?} by {agent:?}: not a broadcast's id and an agent's name"),
+            ));
+        }
+        let dir = self.mb.layout.ack_dir(id);
+        self.mb.io.create_dir_durable(&dir)?;
+        let body = json!({
+            "signal": id,
+            "agent": agent,
+            "acked_at": crate::clock::now_rfc3339(crate::clock::Precision::Micros),
+            "acked_on": from,
+        });
+        let mut bytes = serde_json::to_vec(&body).unwrap_or_default();
+        bytes.push(b'\n');
+        let stage = own::stage_name(&dir, "ack");
+        let ack = dir.join(format!("{agent}.ack"));
+        Ok(atomic::write_atomic(&self.mb.io, &stage, &ack, &bytes, Clobber::No)? == Placed::Done)
+    }
+
+    /// Writes a signal from another host into `inputs/` under `file_name` (a canonical name,
+    /// spec/mailbox.md §2.1) with `body` (JSON whose `id` is the name's stem), durably and
+    /// without replacing anything. A signal already here, anywhere in its life (pending,
+    /// buffered, in flight, processed, quarantined, on its way out again), is not written
+    /// again: the places are looked at in the order a signal moves through them, so one that
+    /// moves on meanwhile is found further on.
+    pub fn import(&self, file_name: &str, body: &[u8]) -> Result<Imported> {
+        let Some(canon) = name::parse_canonical(file_name) else {
+            return Ok(Imported::Refused(format!(
+                "{file_name:?} is not a canonical signal name"
+            )));
+        };
+        if !self.crosses(body.len()) {
+            return Ok(Imported::Refused(format!(
+                "{} bytes, over the cap of {} bytes for a signal from another host",
+                body.len(),
+                self.crossing_cap()
+            )));
+        }
+        let dest = self.mb.layout.inputs.join(file_name);
+        let sig = match body::read_signal(body, file_name, &dest) {
+            Ok(sig) => sig,
+            Err(reason) => return Ok(Imported::Refused(reason)),
+        };
+        if !identity::trusted(file_name, &sig.fields) {
+            return Ok(Imported::Refused(format!(
+                "its body's id is not {:?}, the name's",
+                name::signal_id(file_name)
+            )));
+        }
+        if self.known_here(file_name, &canon.target(), sig.signal_type)? {
+            return Ok(Imported::Here);
+        }
+        // Staged under a send's name, so that a second link a crash leaves is resolved as a
+        // send's (spec/mailbox.md §9.6).
+        let stage = own::stage_name_from(&self.mb.layout.inputs, canon.unique, "send");
+        Ok(
+            match atomic::write_atomic(&self.mb.io, &stage, &dest, body, Clobber::No)? {
+                Placed::Done => Imported::Written,
+                Placed::Exists => Imported::Here,
+            },
+        )
+    }
+
+    /// Whether the signal under canonical `file_name` is anywhere in this mailbox: `inputs/`,
+    /// its agent's buffer, a claim slot of its agent or of the orchestrator, `processed/`,
+    /// `rejected/`, the bridge's outbox.
+    fn known_here(&self, file_name: &str, target: &Target, ty: SignalType) -> Result<bool> {
+        let exists = |p: PathBuf| -> Result<bool> { Ok(self.mb.io.stamp(&p)?.is_some()) };
+        if exists(self.mb.layout.inputs.join(file_name))? {
+            return Ok(true);
+        }
+        let mut takers: Vec<&str> = Vec::new();
+        if let Target::Agent(a) = target {
+            if exists(self.mb.layout.buffer_dir(a).join(file_name))? {
+                return Ok(true);
+            }
+            if !ty.is_approval() {
+                takers.push(a);
+            }
+        }
+        if ty.is_approval() || !matches!(target, Target::All) {
+            takers.push(&self.mb.opts.orchestrator);
+        }
+        for agent in takers {
+            for (_, slot) in self.mb.slots(agent)? {
+                if exists(slot.join(file_name))? {
+                    return Ok(true);
+                }
+            }
+        }
+        for dir in [
+            &self.mb.layout.processed,
+            &self.mb.layout.rejected,
+            &self.mb.layout.outbox,
+        ] {
+            if exists(dir.join(file_name))? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
