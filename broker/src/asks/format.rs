@@ -302,6 +302,13 @@ impl Outcome {
                 }
                 let message = opt_text(&m, "message")?;
                 let at = parse_instant(m.get("answered_at"), "answered_at")?;
+                if at < request.asked_at {
+                    return Err(format!(
+                        "answered at {} before it was asked, {}",
+                        instant(at),
+                        instant(request.asked_at)
+                    ));
+                }
                 if let Some(d) = request.deadline
                     && at > d
                 {

@@ -41,7 +41,7 @@ mod remote;
 
 use std::path::{Path, PathBuf};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde_json::json;
 
 pub use format::{Answer, Outcome, Request, instant};
@@ -67,6 +67,8 @@ pub const ASKS_DIR: &str = "asks";
 pub const REQUEST_CAP: u64 = 1 << 20;
 /// The largest outcome file read, in bytes.
 pub const OUTCOME_CAP: u64 = 64 << 10;
+/// The longest deadline a request gets: a century (a longer timeout is cut to it).
+const LONGEST_TIMEOUT: chrono::Duration = chrono::Duration::days(36_525);
 /// How many times an answer retries after quarantining a file that took the outcome's name.
 pub(crate) const RETRIES: usize = 8;
 
@@ -126,11 +128,13 @@ impl<'a> Asks<'a> {
             .unwrap_or_else(|| uuid::Uuid::now_v7().simple().to_string());
         let id = ask_id(&new.from, &key);
         let now = Utc::now();
+        // A timeout longer than a century is a century: the deadline stays an instant every
+        // reader takes (RFC 3339, a four-digit year).
         let deadline = new.timeout.map(|t| {
-            chrono::Duration::from_std(t)
-                .ok()
-                .and_then(|t| now.checked_add_signed(t))
-                .unwrap_or(DateTime::<Utc>::MAX_UTC)
+            let t = chrono::Duration::from_std(t)
+                .unwrap_or(LONGEST_TIMEOUT)
+                .min(LONGEST_TIMEOUT);
+            now + t
         });
         let request = Request::new(
             id.clone(),
@@ -347,9 +351,10 @@ impl<'a> Asks<'a> {
                 choices: request.choices.clone(),
             }));
         }
-        let now = Utc::now();
+        // Never before the asking (a clock stepped back): readers refuse such an answer.
+        let now = Utc::now().max(request.asked_at);
         if request.deadline.is_some_and(|d| now >= d) {
-            let (o, _) = self.record(&request, &bytes, &expiry(by))?;
+            let (o, _) = self.record(&request, &bytes, &expiry(&request, by))?;
             return Ok(Err(refused_by(&request, o)));
         }
         let mine = Outcome::Answered(Answer {
@@ -389,7 +394,7 @@ impl<'a> Asks<'a> {
         } else {
             request.from.as_str()
         };
-        let (o, _) = self.record(&request, &bytes, &expiry(by))?;
+        let (o, _) = self.record(&request, &bytes, &expiry(&request, by))?;
         self.io().sync_dir(&self.dir)?;
         Ok(Some(o))
     }
@@ -417,6 +422,19 @@ impl<'a> Asks<'a> {
     ) -> Result<(Outcome, bool)> {
         let dest = self.outcome_path(&request.id);
         let data = outcome.bytes_with(request, request_bytes, extra);
+        // An outcome its readers would refuse is never written: it would win the name and then
+        // be quarantined, reopening the request for a second answer.
+        if data.len() as u64 > OUTCOME_CAP {
+            return Err(Error::new(
+                ErrorKind::TooLarge,
+                Some(&dest),
+                format!(
+                    "the answer would be {} bytes as written, over the {OUTCOME_CAP} byte cap of \
+                     an outcome: shorten its message; nothing was recorded",
+                    data.len()
+                ),
+            ));
+        }
         for _ in 0..RETRIES {
             let stage = own::stage_name(&self.dir, "send");
             match atomic::write_atomic(self.io(), &stage, &dest, &data, Clobber::No)? {
@@ -475,9 +493,12 @@ impl<'a> Asks<'a> {
     }
 }
 
-fn expiry(by: &str) -> Outcome {
+/// The expiry of `request`, recorded by `by`: never before its deadline (a clock stepped back
+/// between the check and the write), which readers would refuse.
+fn expiry(request: &Request, by: &str) -> Outcome {
+    let now = Utc::now();
     Outcome::Expired {
-        at: Utc::now(),
+        at: request.deadline.map_or(now, |d| now.max(d)),
         by: by.to_string(),
     }
 }

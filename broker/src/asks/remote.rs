@@ -14,6 +14,9 @@ use super::format::{Outcome, Request, instant, object};
 use super::id::{digest, id_problem, person_problem};
 use super::refusal::{Refusal, refused_by};
 use super::{Asks, OUTCOME_CAP, OUTCOME_SUFFIX, REQUEST_SUFFIX, RETRIES};
+
+/// Bytes of an outcome kept for the fields a home adds to a proposal's (its id, the host).
+const PROPOSAL_ROOM: u64 = 1024;
 use crate::atomic::{self, Clobber, Placed};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::ReadOutcome;
@@ -214,6 +217,19 @@ impl Asks<'_> {
         .unwrap_or_default();
         data.push(b'\n');
         let dest = self.proposal_path(id, &p.proposal);
+        // The outcome made of it at home holds a few more fields: room for them under the cap.
+        if data.len() as u64 + PROPOSAL_ROOM > OUTCOME_CAP {
+            return Err(Error::new(
+                ErrorKind::TooLarge,
+                Some(&dest),
+                format!(
+                    "the answer would be {} bytes as written, over what an outcome holds \
+                     ({OUTCOME_CAP} bytes, {PROPOSAL_ROOM} of them kept for the fields its home \
+                     adds): shorten its message; nothing was proposed",
+                    data.len()
+                ),
+            ));
+        }
         let stage = own::stage_name(&self.dir, "send");
         match atomic::write_atomic(self.io(), &stage, &dest, &data, Clobber::No)? {
             Placed::Done => Ok(AnswerAnywhere::Proposed(p)),

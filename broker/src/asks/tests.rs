@@ -386,3 +386,70 @@ fn imports_that_are_not_what_they_say_are_refused() {
     let e = on_b.answer("Executor.h", "approve", None, "x").unwrap_err();
     assert!(e.to_string().contains("Executor.h.home.json"), "{e}");
 }
+
+#[test]
+fn an_answer_too_long_for_its_outcome_is_refused_and_records_nothing() {
+    let (_d, mb) = mailbox();
+    let asks = Asks::new(&mb);
+    let id = asks
+        .ask(&NewAsk::new("Executor", "deploy?").key("big"))
+        .unwrap()
+        .request
+        .id;
+    // Control characters are written escaped, six bytes each: 11,000 of them pass 64 KiB.
+    let long = "\u{1}".repeat(11_000);
+    let e = asks
+        .answer(&id, "approve", Some(&long), "alice")
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TooLarge, "{e}");
+    assert!(e.to_string().contains("nothing was recorded"), "{e}");
+    assert!(!asks.outcome_path(&id).exists());
+    // The request is still open, and the next answer is the one.
+    let won = asks
+        .answer(&id, "deny", Some("short"), "bob")
+        .unwrap()
+        .unwrap();
+    assert!(matches!(won, Outcome::Answered(a) if a.choice == "deny"));
+    let again = asks.answer(&id, "approve", None, "carol").unwrap();
+    assert!(again.is_err());
+    assert!(matches!(asks.outcome(&id).unwrap(), Some(Outcome::Answered(a)) if a.choice == "deny"));
+}
+
+#[test]
+fn a_timeout_past_a_century_is_a_century_and_the_request_stays_answerable() {
+    let (_d, mb) = mailbox();
+    let asks = Asks::new(&mb);
+    for (key, t) in [
+        ("a", Duration::from_secs(u64::MAX)),
+        ("b", Duration::from_secs(87_600_000 * 3600)),
+    ] {
+        let r = asks
+            .ask(&NewAsk::new("Executor", "later?").key(key).timeout(t))
+            .unwrap()
+            .request;
+        let d = r.deadline.unwrap();
+        let years = (d - r.asked_at).num_days() / 365;
+        assert!((99..=100).contains(&years), "{key}: {years} years");
+        let won = asks.answer(&r.id, "approve", None, "alice").unwrap();
+        assert!(won.is_ok(), "{key}: {won:?}");
+    }
+}
+
+#[test]
+fn an_outcome_answered_before_its_request_was_asked_is_quarantined() {
+    let (_d, mb) = mailbox();
+    let asks = Asks::new(&mb);
+    let id = asks
+        .ask(&NewAsk::new("Executor", "deploy?").key("early"))
+        .unwrap()
+        .request
+        .id;
+    let request = std::fs::read(asks.request_path(&id)).unwrap();
+    let forged = format!(
+        r#"{{"kind":"sigbox.outcome","id":"{id}","request":"{}","status":"answered","choice":"approve","message":null,"answered_by":"mallory","answered_at":"1970-01-01T00:00:00Z"}}"#,
+        id::digest(&request)
+    );
+    std::fs::write(asks.outcome_path(&id), forged).unwrap();
+    assert_eq!(asks.outcome(&id).unwrap(), None);
+    assert!(!asks.outcome_path(&id).exists());
+}
