@@ -103,9 +103,10 @@ pub fn par_each<T: Sync>(items: &[T], f: impl Fn(&T) + Sync) {
 /// the results, and the panic that fails the test, are those of the sequential loop, since
 /// whatever a step after the last did is dropped.
 pub fn par_until<R: Send>(f: impl Fn(usize) -> (R, bool) + Sync) -> Vec<R> {
+    // Small batches: every step of the last batch after the last one is work thrown away.
     let batch = std::thread::available_parallelism()
-        .map_or(4, |n| n.get() * 4)
-        .clamp(4, 16);
+        .map_or(4, |n| n.get() * 2)
+        .clamp(2, 8);
     let mut out = Vec::new();
     for start in (0..).step_by(batch) {
         let f = &f;
