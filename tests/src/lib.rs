@@ -97,69 +97,9 @@ pub fn par_each<T: Sync>(items: &[T], f: impl Fn(&T) + Sync) {
     }
 }
 
-/// `f(0)`, `f(1)`, ... up to the first `n` whose `f(n)` says it is the last (`.1` true), each
-/// step's result in order. The steps are independent of each other (a crash enumeration: one
-/// crash point each, on its own copy of the tree), so they run several at once, in batches:
-/// the results, and the panic that fails the test, are those of the sequential loop, since
-/// whatever a step after the last did is dropped.
-pub fn par_until<R: Send>(f: impl Fn(usize) -> (R, bool) + Sync) -> Vec<R> {
-    // Small batches: every step of the last batch after the last one is work thrown away.
-    let batch = std::thread::available_parallelism()
-        .map_or(4, |n| n.get() * 2)
-        .clamp(2, 8);
-    let mut out = Vec::new();
-    for start in (0..).step_by(batch) {
-        let f = &f;
-        let steps: Vec<std::thread::Result<(R, bool)>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (start..start + batch)
-                .map(|n| {
-                    s.spawn(move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(n))))
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        for step in steps {
-            match step {
-                Ok((r, last)) => {
-                    out.push(r);
-                    if last {
-                        return out;
-                    }
-                }
-                Err(payload) => std::panic::resume_unwind(payload),
-            }
-        }
-    }
-    unreachable!("the steps never end")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn par_until_gives_the_results_of_the_sequential_loop() {
-        let steps = par_until(|n| (n * 10, n == 37));
-        assert_eq!(steps, (0..=37).map(|n| n * 10).collect::<Vec<_>>());
-        // A panic after the last step is dropped with it.
-        let steps = par_until(|n| {
-            assert!(n <= 2, "after the last");
-            (n, n == 2)
-        });
-        assert_eq!(steps, [0, 1, 2]);
-    }
-
-    #[test]
-    fn par_until_fails_with_the_first_failing_step_in_order() {
-        let r = std::panic::catch_unwind(|| {
-            par_until(|n| {
-                assert!(n != 3 && n != 5, "step {n}");
-                ((), n == 9)
-            })
-        });
-        let msg = r.unwrap_err().downcast::<String>().unwrap();
-        assert_eq!(*msg, "step 3");
-    }
 
     #[test]
     fn par_each_runs_every_item_once_and_raises_a_panic() {

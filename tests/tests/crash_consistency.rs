@@ -120,7 +120,7 @@ fn run_frozen(
     root: &Path,
     n: usize,
     mode: Mode,
-    op: &(dyn Fn(&Mailbox, &mut Handed) -> Option<String> + Sync),
+    op: &dyn Fn(&Mailbox, &mut Handed) -> Option<String>,
 ) -> (Handed, bool, Arc<Recorder>, Option<String>) {
     let rec = Arc::new(Recorder::freezing_at(n));
     let mb = opts()
@@ -202,7 +202,7 @@ enum Mode {
 fn enumerate(
     label: &str,
     prepare: &dyn Fn(&Path, &Base) -> Handed,
-    op: &(dyn Fn(&Mailbox, &mut Handed) -> Option<String> + Sync),
+    op: &dyn Fn(&Mailbox, &mut Handed) -> Option<String>,
     check_broadcast_everyone: bool,
 ) -> usize {
     let (states, _) = enumerate_with(label, prepare, op, check_broadcast_everyone, Mode::Rename);
@@ -275,7 +275,7 @@ fn check_image(
 fn enumerate_with(
     label: &str,
     prepare: &dyn Fn(&Path, &Base) -> Handed,
-    op: &(dyn Fn(&Mailbox, &mut Handed) -> Option<String> + Sync),
+    op: &dyn Fn(&Mailbox, &mut Handed) -> Option<String>,
     check_broadcast_everyone: bool,
     mode: Mode,
 ) -> (usize, usize) {
@@ -283,8 +283,9 @@ fn enumerate_with(
     let template = tmp.path().join("template");
     let b = base(&template);
     let before = prepare(&template, &b);
-    // Each crash point on its own copy of the template: several checked at once.
-    let lost_per_state = sigbox_tests::par_until(|n| {
+    let mut states = 0;
+    let mut lost = 0;
+    for n in 0.. {
         let work = tmp.path().join(format!("work{n}"));
         copy_tree(&template, &work);
         let mut model = Model::snapshot(&work);
@@ -294,6 +295,7 @@ fn enumerate_with(
         }
         let crashed = tmp.path().join(format!("crashed{n}"));
         model.durable(&crashed);
+        states += 1;
         let ctx = format!("{label}: crash at effect {n} (completed: {completed}, {mode:?})");
         check_image(
             &ctx,
@@ -309,7 +311,7 @@ fn enumerate_with(
         // Another process synced the directories every process writes (`inputs/` at each
         // send, a buffer at each move into it) just before the crash.
         synced_by_another(&model, &work).durable(&crashed);
-        let lost = check_image(
+        lost += check_image(
             &format!("{ctx}, shared directories synced by another process"),
             &crashed,
             &b,
@@ -321,10 +323,10 @@ fn enumerate_with(
         );
         std::fs::remove_dir_all(&work).unwrap();
         std::fs::remove_dir_all(&crashed).unwrap();
-        (lost, completed)
-    });
-    let states = lost_per_state.len();
-    let lost: usize = lost_per_state.iter().sum();
+        if completed {
+            break;
+        }
+    }
     eprintln!(
         "{label}: {states} crash states checked ({mode:?}), {lost} lost to another process's syncs"
     );
@@ -484,8 +486,8 @@ fn crash_during_quarantine_and_gc() {
     std::fs::write(template.join("inputs/broken.yaml"), "type: [unclosed\n").unwrap();
     std::fs::write(template.join("tmp/123.abandoned.send.tmp"), "partial").unwrap();
     drop(mb);
-    // Each crash point on its own copy of the template: several checked at once.
-    let states = sigbox_tests::par_until(|n| {
+    let mut states = 0;
+    for n in 0.. {
         let work = tmp.path().join(format!("w{n}"));
         copy_tree(&template, &work);
         let mut model = Model::snapshot(&work);
@@ -500,6 +502,7 @@ fn crash_during_quarantine_and_gc() {
         }
         let crashed = tmp.path().join(format!("c{n}"));
         model.durable(&crashed);
+        states += 1;
         // The broken file is never lost: it is in inputs/ or in rejected/ (maybe both after a
         // crash between the two directory fsyncs), and its bytes are intact where it is.
         let in_inputs = crashed.join("inputs/broken.yaml");
@@ -527,9 +530,10 @@ fn crash_during_quarantine_and_gc() {
             crashed.join("rejected/broken.yaml").exists(),
             "crash at {n}"
         );
-        ((), completed)
-    })
-    .len();
+        if completed {
+            break;
+        }
+    }
     eprintln!("quarantine + gc: {states} crash states checked");
     assert!(states >= 8);
 }
@@ -587,12 +591,11 @@ fn interrupted_claim_with_appended_block_is_finished_once() {
 }
 
 /// Enumerates crash points of `op` on a tree prepared by `prepare`, and checks each durable
-/// image with `check`; both are told the crash point (several run at once). Returns the number
-/// of crash states.
+/// image with `check`. Returns the number of crash states.
 fn enumerate_tree(
     prepare: &dyn Fn(&Path),
-    op: &(dyn Fn(&Path, usize, Arc<Recorder>) -> bool + Sync),
-    check: &(dyn Fn(&Path, usize, bool) + Sync),
+    op: &dyn Fn(&Path, Arc<Recorder>) -> bool,
+    check: &dyn Fn(&Path, usize, bool),
 ) -> usize {
     enumerate_tree_shared(prepare, op, check, false)
 }
@@ -601,21 +604,21 @@ fn enumerate_tree(
 /// and the buffers synced by another process at the moment of the crash (see `enumerate`).
 fn enumerate_tree_shared(
     prepare: &dyn Fn(&Path),
-    op: &(dyn Fn(&Path, usize, Arc<Recorder>) -> bool + Sync),
-    check: &(dyn Fn(&Path, usize, bool) + Sync),
+    op: &dyn Fn(&Path, Arc<Recorder>) -> bool,
+    check: &dyn Fn(&Path, usize, bool),
     shared: bool,
 ) -> usize {
     let tmp = tempfile::tempdir().unwrap();
     let template = tmp.path().join("t");
     std::fs::create_dir_all(&template).unwrap();
     prepare(&template);
-    // Each crash point on its own copy of the template: several checked at once.
-    sigbox_tests::par_until(|n| {
+    let mut states = 0;
+    for n in 0.. {
         let work = tmp.path().join(format!("w{n}"));
         copy_tree(&template, &work);
         let mut model = Model::snapshot(&work);
         let rec = Arc::new(Recorder::freezing_at(n));
-        let ok = op(&work, n, rec.clone());
+        let ok = op(&work, rec.clone());
         let completed = rec.attempted() <= n;
         for o in rec.ops() {
             model.apply(&o);
@@ -634,9 +637,12 @@ fn enumerate_tree_shared(
             other.durable(&crashed);
             check(&crashed, n, ok);
         }
-        ((), completed)
-    })
-    .len()
+        states += 1;
+        if completed {
+            break;
+        }
+    }
+    states
 }
 
 #[test]
@@ -651,7 +657,7 @@ fn crash_during_goblin_writes_and_transitions() {
             std::fs::create_dir_all(t.join(".goblin")).unwrap();
             std::fs::write(t.join(".goblin/build-complete"), old).unwrap();
         },
-        &|w, _, rec| {
+        &|w, rec| {
             let g = Goblin::open_with(w, IoOptions::new().hook(rec)).unwrap();
             g.write(GoblinSignal::BuildComplete, Some(body.clone()))
                 .is_ok()
@@ -680,7 +686,7 @@ fn crash_during_goblin_writes_and_transitions() {
             std::fs::create_dir_all(t.join(".goblin")).unwrap();
             std::fs::write(t.join(".goblin/build-complete"), old).unwrap();
         },
-        &|w, _, rec| {
+        &|w, rec| {
             let g = Goblin::open_with(w, IoOptions::new().hook(rec)).unwrap();
             g.set_aside(GoblinSignal::BuildComplete, true).is_ok()
                 && g.save_state(PipelineState {
@@ -717,7 +723,7 @@ fn crash_during_mux_signal_writes() {
     use sigbox::mux::{self, MuxFields, MuxFormat, MuxStatus};
     let states = enumerate_tree(
         &|t| std::fs::create_dir_all(t.join("tmp/mux/s1")).unwrap(),
-        &|w, _, rec| {
+        &|w, rec| {
             let fields = MuxFields {
                 path: Some("tmp/out.md".into()),
                 size: Some(42),
@@ -936,33 +942,30 @@ fn crash_executor_pass(
     mode: Mode,
 ) -> (usize, BTreeSet<usize>) {
     let ids = std::sync::Mutex::new(BTreeSet::<String>::new());
-    // What the pass at each crash point handed over.
-    let handed = std::sync::Mutex::new(BTreeMap::<usize, Handed>::new());
-    // How many it handed over, at each crash point.
-    let sizes = std::sync::Mutex::new(BTreeMap::new());
+    let handed = std::sync::Mutex::new(Handed::new());
+    let sizes = std::sync::Mutex::new(BTreeSet::new());
     let states = enumerate_tree_shared(
         &|t| {
             let mb = opts().init(t).unwrap();
             ids.lock().unwrap().extend(prepare(&mb));
         },
-        &|w, n, rec| {
+        &|w, rec| {
             let mb = opts()
                 .hook(rec)
                 .link_claims(mode == Mode::Link)
                 .open(w)
                 .unwrap();
-            let mut h = Handed::new();
+            let mut h = handed.lock().unwrap();
+            h.clear();
             let pass = mb.pass("Executor", None);
             let whole = pass.as_ref().is_ok_and(|p| p.interrupted.is_none());
             handed_of(&mb, pass, "Executor", &mut h);
-            let ok = whole && h.iter().all(|g| g.acked);
-            handed.lock().unwrap().insert(n, h);
-            ok
+            whole && h.iter().all(|g| g.acked)
         },
         &|c, n, _| {
             let (after, rejected) = drain(c);
             assert!(rejected.is_empty(), "crash at {n}: {rejected:?}");
-            let h = handed.lock().unwrap()[&n].clone();
+            let h = handed.lock().unwrap();
             let seen = check_deliveries(&format!("crash at {n}"), h.iter().chain(&after));
             let seen: BTreeSet<String> = seen.into_iter().map(|(_, id)| id).collect();
             assert_eq!(
@@ -970,13 +973,11 @@ fn crash_executor_pass(
                 *ids.lock().unwrap(),
                 "crash at {n}: lost or unexpected signals"
             );
-            sizes.lock().unwrap().insert(n, h.len());
+            sizes.lock().unwrap().insert(h.len());
         },
         mode == Mode::Link,
     );
-    // Only the crash points of the sequential enumeration (a step after the last is dropped).
-    let sizes = sizes.into_inner().unwrap();
-    (states, sizes.range(..states).map(|(_, &k)| k).collect())
+    (states, sizes.into_inner().unwrap())
 }
 
 fn send_executor(mb: &Mailbox, prefix: &str, n: usize) -> Vec<String> {
@@ -1141,8 +1142,8 @@ fn crash_during_a_bridge_export_and_import() {
         let import_body = format!(
             "{{\"id\": \"{import_id}\", \"type\": \"STEER\", \"target\": \"Executor\", \"message\": \"from h1\", \"bridged\": {{\"from\": \"h1\", \"hops\": 0}}}}\n"
         );
-        // Each crash point on its own copy of the template: several checked at once.
-        let states = sigbox_tests::par_until(|n| {
+        let mut states = 0;
+        for n in 0.. {
             let work = tmp.path().join(format!("work{n}"));
             copy_tree(&template, &work);
             let mut model = Model::snapshot(&work);
@@ -1174,6 +1175,7 @@ fn crash_during_a_bridge_export_and_import() {
             }
             let crashed = tmp.path().join(format!("crashed{n}"));
             model.durable(&crashed);
+            states += 1;
             let ctx =
                 format!("bridge export: crash at effect {n} (completed: {completed}, {mode:?})");
             check_bridge_image(&ctx, &crashed, &b, &published, imported, import_id);
@@ -1189,10 +1191,9 @@ fn crash_during_a_bridge_export_and_import() {
             std::fs::remove_dir_all(&crashed).unwrap();
             if completed {
                 assert!(imported, "{ctx}: the import did not happen");
+                break;
             }
-            ((), completed)
-        })
-        .len();
+        }
         eprintln!("bridge export and import: {states} crash states checked ({mode:?})");
         assert!(states >= 10, "{states}");
     }
