@@ -13,7 +13,7 @@ use sigbox::Mailbox;
 use sigbox::asks::{AnswerAnywhere, AskState, Asks, Outcome, Refusal, Status, instant};
 
 use crate::app::{Root, Shared};
-use crate::http::{blocking, json_body, reply};
+use crate::http::{blocking, json_body, reply, root_at};
 use crate::show::{path_text, shorten};
 use crate::{auth, ids, send};
 
@@ -224,15 +224,9 @@ pub(crate) async fn post_answer(
         Ok(r) => r,
         Err(why) => return auth::refusal(StatusCode::BAD_REQUEST, &why),
     };
-    let Some(root) = c.roots.get(req.root) else {
-        return auth::refusal(
-            StatusCode::BAD_REQUEST,
-            &format!(
-                "root {}: no such root (the console serves {})",
-                req.root,
-                c.roots.len()
-            ),
-        );
+    let root = match root_at(&c.roots, req.root) {
+        Ok(root) => root,
+        Err(why) => return auth::refusal(StatusCode::BAD_REQUEST, &why),
     };
     let (path, opts) = (root.path.clone(), root.opts.clone());
     let index = req.root;

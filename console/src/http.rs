@@ -5,6 +5,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+use crate::app::Root;
 use crate::auth;
 
 /// JSON with a status.
@@ -36,4 +37,14 @@ pub(crate) fn json_body(headers: &HeaderMap) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.split(';').next().unwrap_or("").trim() == "application/json")
+}
+
+/// The root at `index` of those the console serves, else why not (how many it serves).
+pub(crate) fn root_at(roots: &[Root], index: usize) -> Result<&Root, String> {
+    roots.get(index).ok_or_else(|| {
+        format!(
+            "root {index}: no such root (the console serves {})",
+            roots.len()
+        )
+    })
 }

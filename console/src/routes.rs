@@ -16,7 +16,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::app::Shared;
-use crate::http::{blocking, json_body, reply};
+use crate::http::{blocking, json_body, reply, root_at};
 use crate::{asks, auth, events, ids, send, state};
 
 /// The largest request body taken: a message up to the file cap, and its JSON escapes.
@@ -86,15 +86,9 @@ async fn post_send(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> 
         Ok(r) => r,
         Err(why) => return auth::refusal(StatusCode::BAD_REQUEST, &why),
     };
-    let Some(root) = c.roots.get(req.root) else {
-        return auth::refusal(
-            StatusCode::BAD_REQUEST,
-            &format!(
-                "root {}: no such root (the console serves {})",
-                req.root,
-                c.roots.len()
-            ),
-        );
+    let root = match root_at(&c.roots, req.root) {
+        Ok(root) => root,
+        Err(why) => return auth::refusal(StatusCode::BAD_REQUEST, &why),
     };
     let (path, opts) = (root.path.clone(), root.opts.clone());
     let index = req.root;
