@@ -6,7 +6,8 @@
 //! printed twice unmarked, nothing was quarantined (0 torn), and the boot-time check did not
 //! stop the boot because of sigbox. A stop on a directory block the kernel wrote after the
 //! inode pointing to it ([`WRITE_ORDER_STOPS`], ext4 without a journal) is counted and
-//! printed apart, and its image is not drained.
+//! printed apart, and its image is not drained; so is a stop in the window still open there
+//! ([`OPEN_WINDOW_STOPS`]), up to a bound.
 //!
 //! Needs root, loop devices and the filesystems' tools (`mkfs.ext4`, `mkfs.xfs`,
 //! `mkfs.btrfs`); where one is missing the suite says so and skips that filesystem. Power
@@ -68,6 +69,17 @@ const FILESYSTEMS: [Fs; 4] = [
 /// journal does (spec/guarantees.md). Counted and printed apart from the stops sigbox causes,
 /// which fail the suite.
 const WRITE_ORDER_STOPS: [&str; 2] = ["directory corrupted", "invalid extent node"];
+
+/// What a boot-time check says when it stops on ext4 without a journal in the window that is
+/// still open there (spec/guarantees.md, "Power loss"): an inode holding an acknowledged record
+/// whose name did not reach the disk ("unattached inode", about 2 losses in 100). Counted and
+/// printed apart, and bounded: more than [`OPEN_WINDOW_SHARE`] of the losses (at least one
+/// allowed) fails the suite, as every other stop does.
+const OPEN_WINDOW_STOPS: [&str; 1] = ["Unattached inode"];
+
+/// The share of losses that may stop in the open window ([`OPEN_WINDOW_STOPS`]) before the
+/// suite fails: well above the 2 in 100 measured, far below a regression.
+const OPEN_WINDOW_SHARE: f64 = 0.10;
 
 /// A loop of `sigbox` commands in a process group of its own, appending their stdout to `log`.
 fn spawn_loop(root: &Path, args: &str, log: &Path) -> Child {
@@ -139,6 +151,9 @@ struct Tally {
     /// Boot-time checks that stopped on a directory block or extent block that the kernel had
     /// not written while the inode pointing to it was (see [`WRITE_ORDER_STOPS`]).
     write_order_stops: Vec<String>,
+    /// Boot-time checks that stopped in the window still open on ext4 without a journal (see
+    /// [`OPEN_WINDOW_STOPS`]).
+    open_window_stops: Vec<String>,
     /// Signals the check put in `lost+found/`: none may be an acknowledged send.
     in_lost_found: usize,
 }
@@ -236,6 +251,10 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, broadcasts: bool, tally: &mut
             let stop = format!("loss {seed}: {why} (kept: {})", kept.display());
             if WRITE_ORDER_STOPS.iter().any(|w| why.contains(w)) {
                 tally.write_order_stops.push(stop);
+            } else if fs.name.contains("no journal")
+                && OPEN_WINDOW_STOPS.iter().any(|w| why.contains(w))
+            {
+                tally.open_window_stops.push(stop);
             } else {
                 tally.fsck_stopped += 1;
                 tally.stops.push(stop);
@@ -392,7 +411,7 @@ fn power_losses_on_real_filesystems_lose_nothing() {
             one_power_loss(fs, &work, seed, broadcasts, &mut tally);
         }
         eprintln!(
-            "{}: {} power losses: {} sends acknowledged, {} lost; {} printed before the loss, {} after; {} printed marked as redeliveries, {} of them a second print (all marked), 0 unmarked twice, 0 torn; boot-time fsck: {} corrected, {} stopped by sigbox, {} on the kernel's write order (not drained); {} signals in lost+found/",
+            "{}: {} power losses: {} sends acknowledged, {} lost; {} printed before the loss, {} after; {} printed marked as redeliveries, {} of them a second print (all marked), 0 unmarked twice, 0 torn; boot-time fsck: {} corrected, {} stopped by sigbox, {} on the kernel's write order (not drained), {} in the open window (not drained); {} signals in lost+found/",
             fs.name,
             tally.losses,
             tally.sent,
@@ -404,6 +423,7 @@ fn power_losses_on_real_filesystems_lose_nothing() {
             tally.fsck_fixed,
             tally.fsck_stopped,
             tally.write_order_stops.len(),
+            tally.open_window_stops.len(),
             tally.in_lost_found
         );
         if !tally.write_order_stops.is_empty() {
@@ -415,6 +435,25 @@ fn power_losses_on_real_filesystems_lose_nothing() {
                 tally.write_order_stops
             );
         }
+        if !tally.open_window_stops.is_empty() {
+            eprintln!(
+                "{}: boot-time fsck stopped {} times in the window still open without a journal \
+                 (spec/guarantees.md; not drained): {:#?}",
+                fs.name,
+                tally.open_window_stops.len(),
+                tally.open_window_stops
+            );
+        }
+        let open_window_allowed = ((tally.losses as f64 * OPEN_WINDOW_SHARE) as usize).max(1);
+        assert!(
+            tally.open_window_stops.len() <= open_window_allowed,
+            "{}: boot-time fsck stopped {} times in {} losses in the open window, more than the \
+             {open_window_allowed} allowed: {:#?}",
+            fs.name,
+            tally.open_window_stops.len(),
+            tally.losses,
+            tally.open_window_stops
+        );
         assert!(
             tally.lost.is_empty() && tally.stops.is_empty(),
             "{}: {} acknowledged sends lost: {:?}; boot-time fsck stopped {} times: {:#?}",
