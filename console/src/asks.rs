@@ -13,7 +13,7 @@ use sigbox::Mailbox;
 use sigbox::asks::{AnswerAnywhere, AskState, Asks, Outcome, Refusal, Status, instant};
 
 use crate::app::{Root, Shared};
-use crate::http::{blocking, json_body, reply, root_at};
+use crate::http::{blocking, json_of, reply, root_at};
 use crate::show::{path_text, shorten};
 use crate::{auth, ids, send};
 
@@ -210,15 +210,9 @@ pub(crate) async fn post_answer(
     if let Err(why) = ids::check(&id) {
         return auth::refusal(StatusCode::BAD_REQUEST, &why);
     }
-    if !json_body(&headers) {
-        return auth::refusal(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "an answer is a JSON object: Content-Type: application/json",
-        );
-    }
-    let v: Value = match serde_json::from_slice(&body) {
+    let v = match json_of(&headers, &body, "an answer") {
         Ok(v) => v,
-        Err(e) => return auth::refusal(StatusCode::BAD_REQUEST, &format!("not JSON: {e}")),
+        Err((status, why)) => return auth::refusal(status, &why),
     };
     let req = match parse(&v) {
         Ok(r) => r,

@@ -32,7 +32,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// True when the request says its body is JSON (`Content-Type: application/json`, with or
 /// without parameters): what a form of another site cannot send without a preflight.
-pub(crate) fn json_body(headers: &HeaderMap) -> bool {
+fn json_body(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -47,4 +47,20 @@ pub(crate) fn root_at(roots: &[Root], index: usize) -> Result<&Root, String> {
             roots.len()
         )
     })
+}
+
+/// The JSON body of a state-changing request, `what` naming it in the refusals: 415 unless it
+/// says `Content-Type: application/json`, 400 unless it is JSON.
+pub(crate) fn json_of(
+    headers: &HeaderMap,
+    body: &[u8],
+    what: &str,
+) -> Result<Value, (StatusCode, String)> {
+    if !json_body(headers) {
+        return Err((
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("{what} is a JSON object: Content-Type: application/json"),
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| (StatusCode::BAD_REQUEST, format!("not JSON: {e}")))
 }

@@ -16,7 +16,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::app::Shared;
-use crate::http::{blocking, json_body, reply, root_at};
+use crate::http::{blocking, json_of, reply, root_at};
 use crate::{asks, auth, events, ids, send, state};
 
 /// The largest request body taken: a message up to the file cap, and its JSON escapes.
@@ -72,15 +72,9 @@ async fn get_state(State(c): State<Shared>) -> Response {
 }
 
 async fn post_send(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    if !json_body(&headers) {
-        return auth::refusal(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "a send is a JSON object: Content-Type: application/json",
-        );
-    }
-    let v: Value = match serde_json::from_slice(&body) {
+    let v = match json_of(&headers, &body, "a send") {
         Ok(v) => v,
-        Err(e) => return auth::refusal(StatusCode::BAD_REQUEST, &format!("not JSON: {e}")),
+        Err((status, why)) => return auth::refusal(status, &why),
     };
     let req = match send::parse(&v) {
         Ok(r) => r,
