@@ -17,13 +17,12 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 use async_nats::HeaderMap;
-use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use futures::StreamExt as _;
 use sigbox::asks::{Asks, ImportedAsk, digest};
 
-use crate::import::{double_ack, refuse, retry_later};
+use crate::import::{double_ack, one_at_a_time, refuse, retry_later};
 use crate::names::header;
 use crate::shared::{Bridge, RETRY};
 
@@ -172,29 +171,7 @@ pub(crate) async fn asks_import_loop(b: Arc<Bridge>, js: Context) {
 async fn import_asks(b: &Arc<Bridge>, js: &Context) -> Result<()> {
     let name = stream_name(b);
     let consumer = format!("asks-{}", b.host);
-    let stream = js
-        .get_stream(&name)
-        .await
-        .map_err(|e| anyhow!("stream {name}: {e}"))?;
-    let c: jetstream::consumer::PullConsumer = stream
-        .get_or_create_consumer(
-            &consumer,
-            pull::Config {
-                durable_name: Some(consumer.clone()),
-                filter_subject: subject(b, ">"),
-                ack_policy: AckPolicy::Explicit,
-                ack_wait: b.ack_wait,
-                deliver_policy: DeliverPolicy::All,
-                max_ack_pending: 1,
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
-    let mut messages = c
-        .messages()
-        .await
-        .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+    let mut messages = one_at_a_time(b, js, &name, &consumer, &subject(b, ">")).await?;
     while let Some(m) = messages.next().await {
         let m = m.map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
         import_one(b, &m).await?;

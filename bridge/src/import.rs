@@ -71,15 +71,16 @@ pub(crate) async fn import_loop(
     }
 }
 
-pub(crate) async fn import_from(
-    b: &Arc<Bridge>,
+/// The messages of `subject` in `stream` through the durable consumer `consumer`: every one
+/// from the start, each acknowledged explicitly, one in flight at a time (so their order is
+/// kept).
+pub(crate) async fn one_at_a_time(
+    b: &Bridge,
     js: &Context,
     stream: &str,
     consumer: &str,
     subject: &str,
-    broadcasts: bool,
-    mut stop: Option<tokio::sync::watch::Receiver<bool>>,
-) -> Result<()> {
+) -> Result<pull::Stream> {
     let stream = js
         .get_stream(stream)
         .await
@@ -99,10 +100,21 @@ pub(crate) async fn import_from(
         )
         .await
         .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
-    let mut messages = c
-        .messages()
+    c.messages()
         .await
-        .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+        .map_err(|e| anyhow!("consumer {consumer}: {e}"))
+}
+
+pub(crate) async fn import_from(
+    b: &Arc<Bridge>,
+    js: &Context,
+    stream: &str,
+    consumer: &str,
+    subject: &str,
+    broadcasts: bool,
+    mut stop: Option<tokio::sync::watch::Receiver<bool>>,
+) -> Result<()> {
+    let mut messages = one_at_a_time(b, js, stream, consumer, subject).await?;
     loop {
         // Stopped only while waiting for a message: one taken is written and acknowledged.
         let next = match stop.as_mut() {
