@@ -105,6 +105,28 @@ pub(crate) fn links_settling(
     settling(stamp, window.max(LINK_GRACE), now)
 }
 
+/// How much older than the listing the directory's last change must be for the listing to be
+/// kept. Directory timestamps come from a coarse clock (a scheduler tick: 1 to 10 ms), so a
+/// change made after the listing, within the same tick as an earlier change, could leave the
+/// timestamp as it was. With this margin, any later change gets a later timestamp (git's
+/// "racy index" rule).
+const RACY_MARGIN_NS: i128 = 50_000_000;
+/// The margin where timestamps look like whole seconds (filesystems with coarse timestamps).
+const RACY_MARGIN_COARSE_NS: i128 = 2_000_000_000;
+
+/// True when a directory whose `lstat` gave `st` (taken before its listing) last changed
+/// long enough before the listing started at `listed_at` (ns since the epoch) that any later
+/// change gets a later timestamp: an identical stamp then proves the listing current.
+pub(crate) fn settled_before(st: &Stamp, listed_at: i128) -> bool {
+    let whole_seconds = st.mtime_ns % 1_000_000_000 == 0 && st.ctime_ns % 1_000_000_000 == 0;
+    let margin = if whole_seconds {
+        RACY_MARGIN_COARSE_NS
+    } else {
+        RACY_MARGIN_NS
+    };
+    listed_at - st.changed_ns() > margin
+}
+
 /// The settle rule (spec/mailbox.md §5, spec/goblin.md): an entry last changed (the later of
 /// mtime and ctime) less than `window` before `now` may still be being written.
 /// `Some(eligible_at)` while it is inside the window, `None` once it has settled.

@@ -1,21 +1,45 @@
-//! Repeats a checkpoint pass over 10,000 foreign pending signals, for a profiler.
+//! Repeats a checkpoint pass, for a profiler or `strace -c`.
 //!
-//! Run: `cargo run --release -p sigbox-bench --bin profile_pass [-- ITERATIONS]`.
+//! Run: `cargo run --release -p sigbox-bench --bin profile_pass [-- ITERATIONS [KIND]]`, KIND
+//! one of `foreign` (the default: 10,000 pending for another agent, each pass lists them),
+//! `empty` (an empty inbox, each pass lists it) or `repeated` (10,000 foreign pending, the
+//! handle reusing its proven listing, as a checkpoint loop's does).
 
-use sigbox::{Mailbox, NewSignal, SignalType, Target};
+use sigbox::{Mailbox, MailboxOptions, NewSignal, SignalType, Target};
 
 fn main() {
-    let n: usize = std::env::args().nth(1).map_or(200, |s| s.parse().unwrap());
+    let mut args = std::env::args().skip(1);
+    let n: usize = args.next().map_or(200, |s| s.parse().unwrap());
+    let kind = args.next().unwrap_or_else(|| "foreign".into());
     let tmp = tempfile::tempdir_in(".").unwrap();
-    let mb = Mailbox::init(tmp.path()).unwrap();
-    let mut opts = sigbox::MailboxOptions::new();
-    opts.durability(sigbox::Durability::RelaxedNoFsync);
-    let fast = opts.open(tmp.path()).unwrap();
-    for _ in 0..10_000 {
-        fast.send(NewSignal::new(SignalType::Info).target(Target::Agent("Planner".into())))
-            .unwrap();
+    let mb = match kind.as_str() {
+        "repeated" => Mailbox::init(tmp.path()).unwrap(),
+        "empty" | "foreign" => MailboxOptions::new()
+            .reuse_listings(false)
+            .init(tmp.path())
+            .unwrap(),
+        other => panic!("unknown kind {other:?}: foreign, empty or repeated"),
+    };
+    if kind != "empty" {
+        let mut opts = MailboxOptions::new();
+        opts.durability(sigbox::Durability::RelaxedNoFsync);
+        let fast = opts.open(tmp.path()).unwrap();
+        for _ in 0..10_000 {
+            fast.send(NewSignal::new(SignalType::Info).target(Target::Agent("Planner".into())))
+                .unwrap();
+        }
     }
+    // The first pass makes what a checkpoint loop's first pass makes (its claim slot, with one
+    // signal); a repeated pass needs its listing proven older than the clock's tick.
+    mb.send(NewSignal::new(SignalType::Steer).target(Target::Agent("Executor".into())))
+        .unwrap();
+    assert_eq!(mb.pass("Executor", None).unwrap().delivered.len(), 1);
+    mb.ack("Executor").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    mb.pass("Executor", None).unwrap();
+    eprintln!("passes start");
     for _ in 0..n {
         std::hint::black_box(mb.pass("Executor", None).unwrap());
     }
+    eprintln!("passes end");
 }

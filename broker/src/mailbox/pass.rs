@@ -172,7 +172,10 @@ impl Mailbox {
                 }),
         };
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        let flight = flights.entry(agent.to_string()).or_default();
+        if !flights.contains_key(agent) {
+            flights.insert(agent.to_string(), Default::default());
+        }
+        let flight = flights.get_mut(agent).expect("inserted above");
         // The previous pass's deliveries were handed over: acknowledge them. Then take over
         // what dead consumers of this agent left in flight; this also resolves claims a
         // crash interrupted halfway, before the scan could count their two links.

@@ -94,18 +94,9 @@ struct Listing {
 pub(super) struct ScanCache {
     /// Parsed foreign files, valid while the file's stamp is unchanged.
     peeks: HashMap<OsString, (Stamp, Peeked)>,
-    /// Listings proven current, per directory and agent.
-    listings: HashMap<(PathBuf, String), Listing>,
+    /// Listings proven current, per agent and directory.
+    listings: HashMap<String, HashMap<PathBuf, Listing>>,
 }
-
-/// How much older than the listing the directory's last change must be for the listing to be
-/// kept. Directory timestamps come from a coarse clock (a scheduler tick: 1 to 10 ms), so a
-/// change made after the listing, within the same tick as an earlier change, could leave the
-/// timestamp as it was. With this margin, any later change gets a later timestamp (git's
-/// "racy index" rule).
-const RACY_MARGIN_NS: i128 = 50_000_000;
-/// The margin where timestamps look like whole seconds (filesystems with coarse timestamps).
-const RACY_MARGIN_COARSE_NS: i128 = 2_000_000_000;
 
 /// The directory being scanned, and the instant the settle window is measured against.
 struct ScanAt<'a> {
@@ -210,10 +201,9 @@ impl Mailbox {
         if !self.opts.reuse_listings {
             return self.scan(dir, source, relevant, now);
         }
-        let key = (dir.to_path_buf(), agent.to_string());
         if let Some(st) = before {
             let cache = self.scans.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(l) = cache.listings.get(&key)
+            if let Some(l) = cache.listings.get(agent).and_then(|m| m.get(dir))
                 && l.stamp == st
             {
                 return Ok(l.scan.clone());
@@ -222,29 +212,22 @@ impl Mailbox {
         let listed_at = ns_of(SystemTime::now());
         let scan = self.scan(dir, source, relevant, now)?;
         if let Some(st) = before {
-            let whole_seconds =
-                st.mtime_ns % 1_000_000_000 == 0 && st.ctime_ns % 1_000_000_000 == 0;
-            let margin = if whole_seconds {
-                RACY_MARGIN_COARSE_NS
-            } else {
-                RACY_MARGIN_NS
-            };
             let provable = !scan.foreign
                 && scan.rejects.is_empty()
                 && scan.settling.is_empty()
                 && scan.next_check.is_none()
-                && listed_at - st.changed_ns() > margin;
+                && clock::settled_before(&st, listed_at);
             let mut cache = self.scans.lock().unwrap_or_else(|e| e.into_inner());
             if provable {
-                cache.listings.insert(
-                    key,
+                cache.listings.entry(agent.to_string()).or_default().insert(
+                    dir.to_path_buf(),
                     Listing {
                         stamp: st,
                         scan: scan.clone(),
                     },
                 );
-            } else {
-                cache.listings.remove(&key);
+            } else if let Some(m) = cache.listings.get_mut(agent) {
+                m.remove(dir);
             }
         }
         Ok(scan)

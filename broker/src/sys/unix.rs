@@ -347,6 +347,17 @@ impl Root {
 
     /// `p` relative to the root when it is the root or below it.
     pub(crate) fn rel<'p>(&self, p: &'p Path) -> Option<&'p Path> {
+        use std::os::unix::ffi::OsStrExt;
+        // The paths the mailbox makes are the root's own bytes joined with names: compared as
+        // bytes, without splitting both into components on every call.
+        let root = self.path.as_os_str().as_bytes();
+        if !root.ends_with(b"/")
+            && let Some(rest) = p.as_os_str().as_bytes().strip_prefix(root)
+            && (rest.is_empty() || rest[0] == b'/')
+        {
+            let start = rest.iter().position(|&b| b != b'/').unwrap_or(rest.len());
+            return Some(Path::new(OsStr::from_bytes(&rest[start..])));
+        }
         p.strip_prefix(&self.path).ok()
     }
 

@@ -46,7 +46,20 @@ impl Mailbox {
         flight: &mut Flight,
     ) -> Result<Vec<Orphan>> {
         let mut out = Vec::new();
-        for (_, dir) in self.slots(agent)? {
+        for (_, dir) in self.slots_for_pass(agent, flight)? {
+            let is_own = flight.own.as_ref().is_some_and(|s| s.dir == dir);
+            if is_own && flight.own_known {
+                // Holds what was handed out and nothing else: only this handle's passes write
+                // there, and none claimed into it since it was last listed.
+                debug_assert!(
+                    self.slot_entries(&dir)?
+                        .iter()
+                        .all(|f| flight.handed(&dir.join(f))),
+                    "the own slot {} holds what was never handed out",
+                    dir.display()
+                );
+                continue;
+            }
             let lock = if flight.holds(&dir) {
                 None
             } else {
@@ -71,6 +84,9 @@ impl Mailbox {
                 found.push((at, f));
             }
             if found.is_empty() {
+                if is_own {
+                    flight.own_known = true;
+                }
                 continue; // an empty slot nobody holds: released again at once
             }
             if let Some(lock) = lock {

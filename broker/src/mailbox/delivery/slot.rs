@@ -9,12 +9,13 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use super::Held;
+use crate::clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::Renamed;
 use crate::mailbox::{Mailbox, lossy};
 use crate::name;
 use crate::name::own;
-use crate::sys::EntryKind;
+use crate::sys::{EntryKind, Stamp};
 
 /// A slot this handle holds: the directory, and the locked descriptor that holds it.
 pub(in crate::mailbox) struct Slot {
@@ -32,6 +33,13 @@ pub(in crate::mailbox) struct Flight {
     /// Handed over and not yet acknowledged: [`Mailbox::pass`] returns deliveries in this
     /// state; the next pass of the handle, or [`Mailbox::ack`], acknowledges them.
     pub(super) handed: Vec<Held>,
+    /// True while the own slot is known to hold nothing but what `handed` lists: its last
+    /// listing found nothing else, and no pass used it since. A pass then does not list it:
+    /// only this handle's passes write there (acknowledgements only take out of it).
+    pub(super) own_known: bool,
+    /// The agent's slots as last listed, with the `lstat` stamp of `claimed/<agent>/` taken
+    /// before that listing; kept only when the stamp proves it (spec/mailbox.md §5.1).
+    pub(super) slots_seen: Option<(Stamp, Vec<(u32, PathBuf)>)>,
 }
 
 impl Flight {
@@ -83,6 +91,37 @@ impl Mailbox {
             .collect();
         out.sort_unstable();
         Ok(out)
+    }
+
+    /// [`Mailbox::slots`] for a pass, reusing the listing `flight` keeps while an `lstat` of
+    /// `claimed/<agent>/` proves it current (the rule of spec/mailbox.md §5.1): a checkpoint
+    /// loop whose agent has no other consumer pays one `lstat` for it. A slot appears by a
+    /// `mkdir` there (changing the stamp); a consumer dying changes nothing there, so every
+    /// slot listed but the handle's own is still looked at on every pass.
+    pub(in crate::mailbox) fn slots_for_pass(
+        &self,
+        agent: &str,
+        flight: &mut Flight,
+    ) -> Result<Vec<(u32, PathBuf)>> {
+        if !self.opts.reuse_listings {
+            flight.slots_seen = None;
+            return self.slots(agent);
+        }
+        let base = self.layout.claim_dir(agent);
+        let Some(st) = self.io.stamp(&base)? else {
+            flight.slots_seen = None;
+            return Ok(Vec::new()); // no consumer of the agent ever claimed
+        };
+        if let Some((seen, slots)) = &flight.slots_seen
+            && *seen == st
+        {
+            return Ok(slots.clone());
+        }
+        let listed_at = clock::ns_of(std::time::SystemTime::now());
+        let slots = self.slots(agent)?;
+        flight.slots_seen = (st.kind == EntryKind::Dir && clock::settled_before(&st, listed_at))
+            .then(|| (st, slots.clone()));
+        Ok(slots)
     }
 
     /// What a slot holds: its entries but a marker's rewrite in progress.
@@ -143,6 +182,8 @@ impl Mailbox {
     /// lowest-numbered slot nobody holds, or a new one. `claimed/` and `claimed/<agent>/`
     /// are made (durably) when missing.
     pub(in crate::mailbox) fn own_slot(&self, agent: &str, flight: &mut Flight) -> Result<PathBuf> {
+        // What is written into the slot now is known again at its next listing only.
+        flight.own_known = false;
         if let Some(s) = &flight.own {
             return Ok(s.dir.clone());
         }
