@@ -3,7 +3,9 @@
 //! Run: `cargo run --release -p sigbox-bench --bin profile_pass [-- ITERATIONS [KIND]]`, KIND
 //! one of `foreign` (the default: 10,000 pending for another agent, each pass lists them),
 //! `empty` (an empty inbox, each pass lists it) or `repeated` (10,000 foreign pending, the
-//! handle reusing its proven listing, as a checkpoint loop's does).
+//! handle reusing its proven listing, as a checkpoint loop's does), or `claims` / `durable`
+//! (each iteration sends 100 signals to the agent, then one pass claims them and an ack
+//! settles them; relaxed durability, or durable).
 
 use sigbox::{Mailbox, MailboxOptions, NewSignal, SignalType, Target};
 
@@ -12,13 +14,35 @@ fn main() {
     let n: usize = args.next().map_or(200, |s| s.parse().unwrap());
     let kind = args.next().unwrap_or_else(|| "foreign".into());
     let tmp = tempfile::tempdir_in(".").unwrap();
+    if kind == "claims" || kind == "durable" {
+        let mut opts = MailboxOptions::new();
+        opts.link_claims(false);
+        if kind == "claims" {
+            opts.durability(sigbox::Durability::RelaxedNoFsync);
+        }
+        let mb = opts.init(tmp.path()).unwrap();
+        let per = if kind == "claims" { 100 } else { 60 };
+        for i in 0..=n {
+            for _ in 0..per {
+                mb.send(NewSignal::new(SignalType::Info).target(Target::Agent("Executor".into())))
+                    .unwrap();
+            }
+            if i == 1 {
+                eprintln!("passes start");
+            }
+            let got = mb.pass("Executor", None).unwrap().delivered.len();
+            assert_eq!(mb.ack("Executor").unwrap(), got);
+        }
+        eprintln!("passes end");
+        return;
+    }
     let mb = match kind.as_str() {
         "repeated" => Mailbox::init(tmp.path()).unwrap(),
         "empty" | "foreign" => MailboxOptions::new()
             .reuse_listings(false)
             .init(tmp.path())
             .unwrap(),
-        other => panic!("unknown kind {other:?}: foreign, empty or repeated"),
+        other => panic!("unknown kind {other:?}: foreign, empty, repeated, claims or durable"),
     };
     if kind != "empty" {
         let mut opts = MailboxOptions::new();

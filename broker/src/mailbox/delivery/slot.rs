@@ -6,7 +6,9 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::Held;
 use crate::clock;
@@ -20,7 +22,20 @@ use crate::sys::{EntryKind, Stamp};
 /// A slot this handle holds: the directory, and the locked descriptor that holds it.
 pub(in crate::mailbox) struct Slot {
     pub(super) dir: PathBuf,
-    pub(super) _lock: File,
+    pub(super) _lock: Lock,
+}
+
+/// The locked descriptor of a slot: a plain file, or for the handle's own slot one shared
+/// with the root, whose effects in the slot go through it ([`crate::io::Io::pin_dir`]).
+pub(in crate::mailbox) enum Lock {
+    File(#[allow(dead_code)] File),
+    Pinned(#[allow(dead_code)] Arc<OwnedFd>),
+}
+
+impl From<File> for Lock {
+    fn from(f: File) -> Lock {
+        Lock::File(f)
+    }
 }
 
 /// What one handle has in flight for one agent.
@@ -197,10 +212,7 @@ impl Mailbox {
                     continue;
                 }
                 if let Some(lock) = self.io.lock_dir(dir)? {
-                    flight.own = Some(Slot {
-                        dir: dir.clone(),
-                        _lock: lock,
-                    });
+                    flight.own = Some(self.own_held(dir, lock));
                     return Ok(dir.clone());
                 }
             }
@@ -210,10 +222,7 @@ impl Mailbox {
             if self.io.create_dir_durable(&dir)?
                 && let Some(lock) = self.io.lock_dir(&dir)?
             {
-                flight.own = Some(Slot {
-                    dir: dir.clone(),
-                    _lock: lock,
-                });
+                flight.own = Some(self.own_held(&dir, lock));
                 return Ok(dir);
             }
         }
@@ -222,6 +231,17 @@ impl Mailbox {
             Some(&base),
             "cannot take a claim slot: every attempt lost a race to another handle",
         ))
+    }
+
+    /// The handle's own slot `dir`, held by `lock`, whose descriptor the root keeps for the
+    /// effects in the slot while the handle holds it.
+    fn own_held(&self, dir: &Path, lock: File) -> Slot {
+        let fd = Arc::new(OwnedFd::from(lock));
+        self.io.pin_dir(dir, &fd);
+        Slot {
+            dir: dir.to_path_buf(),
+            _lock: Lock::Pinned(fd),
+        }
     }
 
     /// The slots of `agent` that hold signals, with how many each holds and whether a live

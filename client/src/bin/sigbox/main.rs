@@ -7,6 +7,7 @@
 mod cli;
 mod cmd;
 mod output;
+mod quick;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -18,7 +19,9 @@ use crate::cli::{Cli, Command};
 use crate::output::Out;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse_from(cmd::ui::args_os()) {
+    let args = cmd::ui::args_os();
+    // The plain forms a checkpoint runs on every call, read without building clap's tree.
+    let cli = match quick::parse(&args).map_or_else(|| Cli::try_parse_from(args), Ok) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
