@@ -59,7 +59,7 @@ fn main() {
         "`sigbox hook claude` on an empty inbox (whole process, PreToolUse event) vs an `ls` process of inputs/",
         ls,
         hk,
-        "p50 <= 1.5x",
+        "p50 <= 1.2x",
     );
     mb.send(
         NewSignal::new(SignalType::Steer)
