@@ -553,3 +553,59 @@ fn names_at_the_length_limit_are_quarantined_with_their_reasons() {
         );
     }
 }
+
+/// A consumer's held claim slot moved away and a symlink to a directory outside the root
+/// planted at its name, while the handle lives and keeps claiming: nothing is ever written
+/// outside the root, and every signal is delivered exactly once (by the handle, or again,
+/// marked, by the agent's next consumer once the handle is gone).
+#[test]
+fn a_held_slot_moved_and_replaced_by_a_symlink_loses_nothing_and_writes_nothing_outside() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("r");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let mb = MailboxOptions::new().init(&root).unwrap();
+    let mut sent = vec![send_exec(&mb, "first")];
+    let mut got: Vec<String> = Vec::new();
+    let p = mb.pass("Executor", None).unwrap();
+    got.extend(p.delivered.iter().map(|s| s.id.clone()));
+    mb.ack("Executor").unwrap();
+    let slot = root.join("claimed/Executor/0");
+    assert!(slot.is_dir(), "the handle's slot");
+    std::fs::rename(&slot, root.join("claimed/Executor/7")).unwrap();
+    std::os::unix::fs::symlink(&outside, &slot).unwrap();
+    // Passes at once (the kept descriptor of the slot is still trusted) and after its check
+    // (more than a second later): each either delivers or refuses, never writes outside.
+    for round in 0..3 {
+        for i in 0..3 {
+            sent.push(send_exec(&mb, &format!("r{round}-{i}")));
+        }
+        if let Ok(p) = mb.pass("Executor", None) {
+            got.extend(p.delivered.iter().map(|s| s.id.clone()));
+        }
+        let _ = mb.ack("Executor");
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "written outside the root"
+        );
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    drop(mb);
+    // The symlink removed: the agent's next consumer takes what is left, marked when it was
+    // claimed before.
+    std::fs::remove_file(&slot).unwrap();
+    let next = MailboxOptions::new().open(&root).unwrap();
+    for _ in 0..3 {
+        let p = next.pass("Executor", None).unwrap();
+        got.extend(p.delivered.iter().map(|s| s.id.clone()));
+        next.ack("Executor").unwrap();
+    }
+    let mut unique = got.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), got.len(), "delivered twice: {got:?}");
+    sent.sort();
+    assert_eq!(unique, sent, "lost");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+}

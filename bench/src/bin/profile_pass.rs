@@ -5,7 +5,7 @@
 //! `empty` (an empty inbox, each pass lists it) or `repeated` (10,000 foreign pending, the
 //! handle reusing its proven listing, as a checkpoint loop's does), or `claims` / `durable`
 //! (each iteration sends 100 signals to the agent, then one pass claims them and an ack
-//! settles them; relaxed durability, or durable).
+//! settles them; relaxed durability, or durable), or `link` (durable claims by link, §9.10).
 
 use sigbox::{Mailbox, MailboxOptions, NewSignal, SignalType, Target};
 
@@ -14,9 +14,9 @@ fn main() {
     let n: usize = args.next().map_or(200, |s| s.parse().unwrap());
     let kind = args.next().unwrap_or_else(|| "foreign".into());
     let tmp = tempfile::tempdir_in(".").unwrap();
-    if kind == "claims" || kind == "durable" {
+    if kind == "claims" || kind == "durable" || kind == "link" {
         let mut opts = MailboxOptions::new();
-        opts.link_claims(false);
+        opts.link_claims(kind == "link");
         if kind == "claims" {
             opts.durability(sigbox::Durability::RelaxedNoFsync);
         }
@@ -42,7 +42,9 @@ fn main() {
             .reuse_listings(false)
             .init(tmp.path())
             .unwrap(),
-        other => panic!("unknown kind {other:?}: foreign, empty, repeated, claims or durable"),
+        other => {
+            panic!("unknown kind {other:?}: foreign, empty, repeated, claims, durable or link")
+        }
     };
     if kind != "empty" {
         let mut opts = MailboxOptions::new();
