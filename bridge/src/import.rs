@@ -72,9 +72,12 @@ pub(crate) async fn import_loop(
     }
 }
 
-/// The most messages an importer writes as one group before it acknowledges them: its
-/// consumer's `max_ack_pending` (spec/bridge.md §4).
+/// The most messages an importer writes as one group before it acknowledges them
+/// (spec/bridge.md §4).
 pub(crate) const IMPORT_BATCH: usize = 128;
+
+/// Its consumer's `max_ack_pending`: room for the next batch to come while one is written.
+pub(crate) const IMPORT_PENDING: usize = 2 * IMPORT_BATCH;
 
 /// The messages of `subject` in `stream` through the durable consumer `consumer`: every one
 /// from the start, each acknowledged explicitly, one in flight at a time (so their order is
@@ -165,7 +168,7 @@ pub(crate) async fn import_from(
     broadcasts: bool,
     mut stop: Option<tokio::sync::watch::Receiver<bool>>,
 ) -> Result<()> {
-    let c = durable(b, js, stream, consumer, subject, IMPORT_BATCH as i64).await?;
+    let c = durable(b, js, stream, consumer, subject, IMPORT_PENDING as i64).await?;
     let info = c
         .get_info()
         .await
@@ -174,9 +177,8 @@ pub(crate) async fn import_from(
         left: info.num_ack_pending,
         last: info.delivered.stream_sequence,
     };
-    if earlier.left > 0 {
-        tracing::info!(%consumer, pending = earlier.left, "messages an earlier pull left unacknowledged come first");
-    }
+    // What an earlier pull left (logged: the tests look for it).
+    tracing::info!(%consumer, pending = info.num_ack_pending, last = info.delivered.stream_sequence, "importing; what an earlier pull left unacknowledged comes first");
     let mut messages = c
         .stream()
         .max_messages_per_batch(IMPORT_BATCH)
