@@ -169,6 +169,15 @@ pub(crate) async fn import_from(
     mut stop: Option<tokio::sync::watch::Receiver<bool>>,
 ) -> Result<()> {
     let c = durable(b, js, stream, consumer, subject, IMPORT_PENDING as i64).await?;
+    // The connection this pull began on: after a reconnection (a server restarted, whose
+    // consumer may deliver later messages before those it had delivered here and not had
+    // acknowledged) the consumer is looked at again, as at a start.
+    let connects = || {
+        b.client
+            .get()
+            .map_or(0, |c| c.statistics().connects.load(Ordering::SeqCst))
+    };
+    let connected = connects();
     let info = c
         .get_info()
         .await
@@ -250,6 +259,12 @@ pub(crate) async fn import_from(
             } else {
                 std::mem::take(&mut held).into_iter().collect()
             };
+            if connects() != connected {
+                held.extend(ready);
+                return Err(anyhow!(
+                    "consumer {consumer}: the connection was made again: its consumer is looked at again"
+                ));
+            }
             let Some(&(last, _)) = ready.last() else {
                 continue;
             };
