@@ -2,15 +2,16 @@
 //! what it pulls into the mailbox before acknowledging it; and the sharing of this host's
 //! broadcast acks with the other hosts.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
 use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::{self, AckKind, Context};
+use futures::FutureExt as _;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 use sigbox::Imported;
@@ -71,6 +72,13 @@ pub(crate) async fn import_loop(
     }
 }
 
+/// The most messages an importer writes as one group before it acknowledges them
+/// (spec/bridge.md §4).
+pub(crate) const IMPORT_BATCH: usize = 128;
+
+/// Its consumer's `max_ack_pending`: room for the next batch to come while one is written.
+pub(crate) const IMPORT_PENDING: usize = 2 * IMPORT_BATCH;
+
 /// The messages of `subject` in `stream` through the durable consumer `consumer`: every one
 /// from the start, each acknowledged explicitly, one in flight at a time (so their order is
 /// kept).
@@ -81,28 +89,74 @@ pub(crate) async fn one_at_a_time(
     consumer: &str,
     subject: &str,
 ) -> Result<pull::Stream> {
+    let c = durable(b, js, stream, consumer, subject, 1).await?;
+    c.messages()
+        .await
+        .map_err(|e| anyhow!("consumer {consumer}: {e}"))
+}
+
+/// The durable consumer `consumer` of `subject` in `stream`: every message from the start,
+/// each acknowledged explicitly, at most `max_ack_pending` delivered and not acknowledged. One
+/// made with another `max_ack_pending` (an earlier version's 1) is updated; a server that
+/// cannot update it keeps its own, which the importers work with too.
+async fn durable(
+    b: &Bridge,
+    js: &Context,
+    stream: &str,
+    consumer: &str,
+    subject: &str,
+    max_ack_pending: i64,
+) -> Result<async_nats::jetstream::consumer::PullConsumer> {
     let stream = js
         .get_stream(stream)
         .await
         .map_err(|e| anyhow!("stream {stream}: {e}"))?;
+    let config = pull::Config {
+        durable_name: Some(consumer.to_string()),
+        filter_subject: subject.to_string(),
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: b.ack_wait,
+        deliver_policy: DeliverPolicy::All,
+        max_ack_pending,
+        ..Default::default()
+    };
     let c: async_nats::jetstream::consumer::PullConsumer = stream
-        .get_or_create_consumer(
-            consumer,
-            pull::Config {
-                durable_name: Some(consumer.to_string()),
-                filter_subject: subject.to_string(),
-                ack_policy: AckPolicy::Explicit,
-                ack_wait: b.ack_wait,
-                deliver_policy: DeliverPolicy::All,
-                max_ack_pending: 1,
-                ..Default::default()
-            },
-        )
+        .get_or_create_consumer(consumer, config.clone())
         .await
         .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
-    c.messages()
-        .await
-        .map_err(|e| anyhow!("consumer {consumer}: {e}"))
+    if c.cached_info().config.max_ack_pending == max_ack_pending {
+        return Ok(c);
+    }
+    match stream.create_consumer(config).await {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            tracing::info!(%consumer, "cannot update the consumer's max_ack_pending ({e}): kept");
+            Ok(c)
+        }
+    }
+}
+
+/// What an earlier pull of a consumer left delivered and not acknowledged when this one began
+/// (a bridge killed in the middle of a batch, an acknowledgement lost with the connection, an
+/// importer stopped): it comes again once `ack_wait` passes, and nothing after it is written
+/// before it is (spec/bridge.md §4).
+struct Earlier {
+    /// How many messages are still to come again.
+    left: usize,
+    /// The last stream sequence delivered before this pull began: an earlier message is at
+    /// or before it.
+    last: u64,
+}
+
+impl Earlier {
+    fn is_earlier(&self, seq: u64) -> bool {
+        self.left > 0 && seq <= self.last
+    }
+}
+
+/// A message's stream sequence (0 when its reply subject does not say).
+fn seq_of(m: &jetstream::Message) -> u64 {
+    m.info().map_or(0, |i| i.stream_sequence)
 }
 
 pub(crate) async fn import_from(
@@ -114,24 +168,231 @@ pub(crate) async fn import_from(
     broadcasts: bool,
     mut stop: Option<tokio::sync::watch::Receiver<bool>>,
 ) -> Result<()> {
-    let mut messages = one_at_a_time(b, js, stream, consumer, subject).await?;
-    loop {
-        // Stopped only while waiting for a message: one taken is written and acknowledged.
-        let next = match stop.as_mut() {
-            Some(stop) => tokio::select! {
-                biased;
-                _ = stop.wait_for(|s| *s) => return Ok(()),
-                m = messages.next() => m,
-            },
-            None => messages.next().await,
-        };
-        let Some(m) = next else { return Ok(()) };
-        let m = m.map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
-        import_one(b, &m, consumer, broadcasts).await?;
-        if let Ok(info) = m.info() {
-            lock(&b.imported_seq).insert(consumer.to_string(), info.stream_sequence);
+    let c = durable(b, js, stream, consumer, subject, IMPORT_PENDING as i64).await?;
+    // The connection this pull began on: after a reconnection (a server restarted, whose
+    // consumer may deliver later messages before those it had delivered here and not had
+    // acknowledged) the consumer is looked at again, as at a start.
+    let connects = || {
+        b.client
+            .get()
+            .map_or(0, |c| c.statistics().connects.load(Ordering::SeqCst))
+    };
+    let connected = connects();
+    let info = c
+        .get_info()
+        .await
+        .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+    let mut earlier = Earlier {
+        left: info.num_ack_pending,
+        last: info.delivered.stream_sequence,
+    };
+    // What an earlier pull left (logged: the tests look for it).
+    tracing::info!(%consumer, pending = info.num_ack_pending, last = info.delivered.stream_sequence, "importing; what an earlier pull left unacknowledged comes first");
+    let mut messages = c
+        .stream()
+        .max_messages_per_batch(IMPORT_BATCH)
+        .messages()
+        .await
+        .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+    // Taken and not written yet, by stream sequence (a message delivered again replaces the
+    // delivery it had).
+    let mut held: BTreeMap<u64, jetstream::Message> = BTreeMap::new();
+    let mut look_again = Instant::now() + RETRY;
+    let result = async {
+        loop {
+            // While earlier messages are awaited, the consumer is looked at every half second
+            // (whatever comes meanwhile): those another importer acknowledged (an agent's old
+            // host, before its hand-off) or that left the stream never come here.
+            if earlier.left > 0 && Instant::now() >= look_again {
+                let info = c
+                    .get_info()
+                    .await
+                    .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+                if info.ack_floor.stream_sequence >= earlier.last
+                    || info.num_ack_pending <= held.len()
+                {
+                    earlier.left = 0;
+                }
+                look_again = Instant::now() + RETRY;
+            }
+            // Stopped only while waiting for a message: a batch taken is written and
+            // acknowledged.
+            let wait = if earlier.left > 0 && !held.is_empty() {
+                look_again.saturating_duration_since(Instant::now())
+            } else if earlier.left > 0 {
+                RETRY
+            } else {
+                Duration::from_secs(3600)
+            };
+            let next = tokio::time::timeout(wait, async {
+                match stop.as_mut() {
+                    Some(stop) => tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => None,
+                        m = messages.next() => Some(m),
+                    },
+                    None => Some(messages.next().await),
+                }
+            })
+            .await;
+            match next {
+                Err(_) => continue,
+                Ok(None) | Ok(Some(None)) => return Ok(()),
+                Ok(Some(Some(m))) => {
+                    let m = m.map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+                    held.insert(seq_of(&m), m);
+                }
+            }
+            // What else has come meanwhile joins the batch: nothing is waited for.
+            while held.len() < IMPORT_BATCH {
+                match messages.next().now_or_never() {
+                    Some(Some(m)) => {
+                        let m = m.map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
+                        held.insert(seq_of(&m), m);
+                    }
+                    _ => break,
+                }
+            }
+            let ready: Vec<(u64, jetstream::Message)> = if earlier.left > 0 {
+                let later = held.split_off(&earlier.last.saturating_add(1));
+                std::mem::replace(&mut held, later).into_iter().collect()
+            } else {
+                std::mem::take(&mut held).into_iter().collect()
+            };
+            if connects() != connected {
+                held.extend(ready);
+                return Err(anyhow!(
+                    "consumer {consumer}: the connection was made again: its consumer is looked at again"
+                ));
+            }
+            let Some(&(last, _)) = ready.last() else {
+                continue;
+            };
+            let came_again = ready.iter().filter(|(s, _)| earlier.is_earlier(*s)).count();
+            let batch: Vec<jetstream::Message> = ready.into_iter().map(|(_, m)| m).collect();
+            import_batch(b, batch, consumer, broadcasts).await?;
+            earlier.left = earlier.left.saturating_sub(came_again);
+            lock(&b.imported_seq).insert(consumer.to_string(), last);
         }
     }
+    .await;
+    // What was taken and not written comes again at once, in order, for this importer or for
+    // the next (another host's, after a hand-off).
+    while let Some(Some(Ok(m))) = messages.next().now_or_never() {
+        held.insert(seq_of(&m), m);
+    }
+    for m in held.into_values() {
+        let _ = m.ack_with(AckKind::Nak(None)).await;
+    }
+    result
+}
+
+/// Writes a batch of messages taken from `consumer`, in order (spec/bridge.md §4): the runs of
+/// signals as one group each (written, `inputs/` fsynced once), each run acknowledged once it
+/// is durable; the other messages (hand-off marks, shared acks, this host's own broadcasts,
+/// refusals) one by one in their place. On a local error, what was not acknowledged comes
+/// again after a pause, and the error is returned.
+async fn import_batch(
+    b: &Arc<Bridge>,
+    batch: Vec<jetstream::Message>,
+    consumer: &str,
+    broadcasts: bool,
+) -> Result<()> {
+    let mut run: Vec<(jetstream::Message, String, String)> = Vec::new();
+    let mut rest = batch.into_iter();
+    loop {
+        let next = rest.next();
+        if let Some(m) = &next {
+            let from = header_of(m, header::HOST).unwrap_or_else(|| "an unnamed host".into());
+            let plain = m.subject.as_str() != b.names.ack_subject()
+                && !(broadcasts && from == b.host)
+                && (broadcasts || header_of(m, header::HANDOFF).is_none());
+            if let (true, Some(name)) = (plain, header_of(m, header::NAME)) {
+                if let Some(m) = next {
+                    run.push((m, name, from));
+                }
+                continue;
+            }
+        }
+        if let Err(e) = import_run(b, std::mem::take(&mut run)).await {
+            // Nothing after the run's failure is acknowledged: it all comes again.
+            for m in next.into_iter().chain(rest) {
+                let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
+            }
+            return Err(e);
+        }
+        let Some(m) = next else { return Ok(()) };
+        if let Err(e) = import_one(b, &m, consumer, broadcasts).await {
+            for m in rest {
+                let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
+            }
+            return Err(e);
+        }
+    }
+}
+
+/// One run of signals from a batch: written as one group, then acknowledged together (each
+/// acknowledgement confirmed by the server) once the group is durable; refused ones
+/// terminated. What a local error stopped is not acknowledged: it comes again after a pause.
+async fn import_run(b: &Arc<Bridge>, run: Vec<(jetstream::Message, String, String)>) -> Result<()> {
+    if run.is_empty() {
+        return Ok(());
+    }
+    let mb = b.mb.clone();
+    let items: Vec<(String, _)> = run
+        .iter()
+        .map(|(m, name, _)| (name.clone(), m.payload.clone()))
+        .collect();
+    let (done, end) = tokio::task::spawn_blocking(move || {
+        let items: Vec<(&str, &[u8])> = items.iter().map(|(n, p)| (n.as_str(), &p[..])).collect();
+        mb.bridge().import_batch(&items)
+    })
+    .await?;
+    let mut acks = Vec::with_capacity(done.len());
+    let mut run = run.into_iter();
+    for (imported, (m, name, from)) in done.into_iter().zip(run.by_ref()) {
+        match imported {
+            Imported::Written => {
+                tracing::debug!(%name, %from, "imported");
+                b.counts.imported.fetch_add(1, Ordering::Relaxed);
+                acks.push((m, None));
+            }
+            Imported::Here => {
+                tracing::debug!(%name, %from, "already here");
+                b.counts.already_here.fetch_add(1, Ordering::Relaxed);
+                acks.push((m, None));
+            }
+            Imported::Refused(why) => {
+                acks.push((m, Some(format!("{name} from {from} refused: {why}"))));
+            }
+        }
+    }
+    let confirmed = futures::future::join_all(acks.iter().map(|(m, why)| async move {
+        match why {
+            None => double_ack(m).await,
+            Some(why) => refuse(b, m, why).await,
+        }
+    }))
+    .await;
+    if let Err(e) = end {
+        // The signal it concerns, when one of the run: nothing written of it or after it.
+        let failed = run.as_slice().first().map(|(_, name, _)| name.clone());
+        for (m, _, _) in run {
+            let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
+        }
+        return Err(match failed {
+            Some(name) => anyhow!("{name}: {e}"),
+            None => anyhow!("{e}"),
+        });
+    }
+    confirmed.into_iter().collect()
+}
+
+fn header_of(m: &jetstream::Message, h: &str) -> Option<String> {
+    m.headers
+        .as_ref()
+        .and_then(|hs| hs.get(h))
+        .map(|v| v.as_str().to_string())
 }
 
 /// One signal from the stream: written (or found here already), then acknowledged; refused

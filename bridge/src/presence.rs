@@ -372,11 +372,29 @@ pub(crate) async fn arrival_over(
         }
         a.fence = Some(fence);
     }
-    let imported = lock(&b.imported_seq);
-    a.fence
-        .iter()
-        .flatten()
-        .all(|(c, seq)| imported.get(c).is_some_and(|s| s >= seq))
+    let fence = a.fence.clone().unwrap_or_default();
+    let imported_here = {
+        let imported = lock(&b.imported_seq);
+        fence
+            .iter()
+            .all(|(c, seq)| imported.get(c).is_some_and(|s| s >= seq))
+    };
+    if !imported_here {
+        return false;
+    }
+    // Imported here past the fence is not enough: the old host's importer, before it stopped,
+    // may have been delivered earlier messages (a batch, spec/bridge.md §4) and given them
+    // back since, unwritten. Every message up to the fence must be acknowledged, by whoever.
+    let Ok(stream) = js.get_stream(b.names.work_stream()).await else {
+        return false;
+    };
+    for (consumer, seq) in &fence {
+        match stream.consumer_info(consumer).await {
+            Ok(info) if info.ack_floor.stream_sequence >= *seq => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Hands `agent` over to the host that took it by `revision` (spec/bridge.md §5): once its

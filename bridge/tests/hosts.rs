@@ -317,6 +317,68 @@ fn ten_thousand_signals_across_three_hosts_through_kills_and_a_server_restart() 
     assert_exact(&outcome, &hosts.lock().unwrap());
 }
 
+/// Three producers sending as fast as they can while one host's bridge is down, so that its
+/// agents' signals pile up in the stream and its importers, started again, write full
+/// batches; that bridge SIGKILLed again and again while it writes and acknowledges them (on two
+/// hosts in turn), then every bridge at once, and the server once. Nothing lost, nothing twice, each
+/// producer's order kept per agent; and at least one bridge started again to find a batch an
+/// earlier pull had left unacknowledged (the kills landed in the middle of batches).
+#[test]
+fn bridges_killed_in_the_middle_of_batches_lose_duplicate_and_reorder_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Mutex::new(Server::start(dir.path()));
+    let url = server.lock().unwrap().url();
+    let hosts = Mutex::new(hosts_on(dir.path(), &[url], "batches", &[]));
+    let roots = roots_of(&hosts.lock().unwrap());
+    let chaos = || {
+        // A host's bridge down while the others send: its agents' signals pile up in the
+        // stream, and its importers, started again, pull full batches; each time it is killed
+        // while it writes and acknowledges them.
+        for (h, round) in [1, 2, 1].into_iter().zip(0u64..) {
+            let runs = |hs: &Mutex<Vec<Host>>| {
+                hs.lock().unwrap()[h]
+                    .log()
+                    .matches("importing; what an earlier pull left unacknowledged comes first consumer=to-")
+                    .count()
+            };
+            let before = runs(&hosts);
+            hosts.lock().unwrap()[h].kill();
+            thread::sleep(Duration::from_millis(600));
+            hosts.lock().unwrap()[h].restart();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while runs(&hosts) == before && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(10));
+            }
+            thread::sleep(Duration::from_millis(20 + 30 * round));
+        }
+        restart_bridges(&hosts, &[0, 1, 2], Duration::from_millis(150));
+        thread::sleep(Duration::from_millis(400));
+        {
+            let mut s = server.lock().unwrap();
+            s.kill();
+            thread::sleep(Duration::from_millis(500));
+            s.restart();
+        }
+    };
+    let outcome = run_workload(
+        &roots,
+        3_000,
+        Duration::from_millis(2),
+        Duration::from_secs(240),
+        chaos,
+    );
+    report(&outcome);
+    let hs = hosts.lock().unwrap();
+    assert_exact(&outcome, &hs);
+    assert!(
+        hs.iter().any(|h| h
+            .log()
+            .lines()
+            .any(|l| l.contains("earlier pull") && !l.contains("pending=0 "))),
+        "no bridge was killed in the middle of a batch"
+    );
+}
+
 /// A three-node cluster with every stream replicated three times: one node is SIGKILLed
 /// mid-stream and never comes back; the bridges carry on through the other two.
 #[test]

@@ -927,3 +927,87 @@ fn exported_is_what_bridge_sent_holds_through_kills() {
     assert!(h0.stop().unwrap().success());
     assert_eq!(h0.state()["exported"], total, "{}", h0.log());
 }
+
+/// A batch an importer took and never acknowledged (its bridge was killed before it wrote it)
+/// holds up what comes after it: the bridge that starts again writes nothing later before
+/// the server delivers that batch again (after `ack_wait`), and the agent takes everything
+/// once, in the order sent. Here the killed importer is the test itself: it pulls the first
+/// 40 signals from the agent's consumer and drops them unacknowledged, while the bridge of
+/// the agent's host is down and 260 more wait behind them.
+#[test]
+fn a_batch_a_killed_importer_took_comes_before_anything_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "taken", &[]);
+    let mut h1 = Host::start(dir.path(), "h1", &server.url(), "taken", &[]);
+    const N: usize = 300;
+    let taker = {
+        let mb = h1.mailbox();
+        thread::spawn(move || {
+            let _present = mb.presence("Taker").unwrap();
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(90);
+            while got.len() < N && Instant::now() < deadline {
+                got.extend(mb.pass("Taker", None).unwrap().delivered.iter().map(seq_of));
+                thread::sleep(Duration::from_millis(3));
+            }
+            // Anything more would be a duplicate.
+            let until = Instant::now() + Duration::from_millis(500);
+            while Instant::now() < until {
+                got.extend(mb.pass("Taker", None).unwrap().delivered.iter().map(seq_of));
+                thread::sleep(Duration::from_millis(20));
+            }
+            got
+        })
+    };
+    eventually("h1 imports for Taker", || {
+        h1.log().contains("comes first consumer=to-Taker")
+    });
+    h1.kill();
+    let m0 = h0.mailbox();
+    for seq in 0..N {
+        m0.send(&steer("Taker", &format!("0:{seq}:0"))).unwrap();
+    }
+    eventually("h0 exported them all", || {
+        m0.pending().unwrap().is_empty() && m0.bridge().counts().unwrap().0 == 0
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use futures::StreamExt as _;
+        let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+        let c: async_nats::jetstream::consumer::PullConsumer = js
+            .get_stream("sigbox_taken")
+            .await
+            .unwrap()
+            .get_consumer("to-Taker")
+            .await
+            .unwrap();
+        let mut batch = c.fetch().max_messages(40).messages().await.unwrap();
+        let mut took = Vec::new();
+        while let Some(m) = batch.next().await {
+            took.push(m.unwrap());
+        }
+        assert_eq!(took.len(), 40, "the first batch, taken");
+        // The bridge starts again while the batch is still out (kept so, as a slow importer
+        // would, until the new importer has run a second): then it is dropped.
+        h1.restart();
+        let started = || h1.log().matches("comes first consumer=to-Taker").count();
+        let mut until = None;
+        while until.is_none_or(|u| Instant::now() < u) {
+            for m in &took {
+                m.ack_with(async_nats::jetstream::AckKind::Progress)
+                    .await
+                    .unwrap();
+            }
+            if until.is_none() && started() == 2 {
+                until = Some(Instant::now() + Duration::from_secs(1));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let got: Vec<usize> = taker.join().unwrap().into_iter().map(|t| t.0).collect();
+    assert_eq!(got, (0..N).collect::<Vec<_>>(), "{}", h1.log());
+}

@@ -44,6 +44,24 @@ pub(crate) fn write_atomic(
     clobber: Clobber,
 ) -> Result<Placed> {
     let dest_dir = parent(dest)?;
+    let placed = write_unsynced_dir(io, stage, dest, data, clobber)?;
+    if placed == Placed::Done {
+        io.sync_dir(dest_dir)?;
+    }
+    Ok(placed)
+}
+
+/// [`write_atomic`] but for its last step: the file is written, fsynced and renamed into place,
+/// and `dest`'s directory is **not** fsynced. For a group of writes into one directory that
+/// syncs it once for the lot (spec/bridge.md §4): until that fsync, a power loss can take the
+/// name back (never the content under a name that stays).
+pub(crate) fn write_unsynced_dir(
+    io: &Io,
+    stage: &Path,
+    dest: &Path,
+    data: &[u8],
+    clobber: Clobber,
+) -> Result<Placed> {
     io.write_new(stage, data)
         .inspect_err(|_| discard_stage(io, stage))?;
     match clobber {
@@ -70,7 +88,6 @@ pub(crate) fn write_atomic(
             .rename_replace(stage, dest)
             .inspect_err(|_| discard_stage(io, stage))?,
     }
-    io.sync_dir(dest_dir)?;
     Ok(Placed::Done)
 }
 

@@ -103,6 +103,48 @@ impl BridgeSide<'_> {
     /// again: the places are looked at in the order a signal moves through them, so one that
     /// moves on meanwhile is found further on.
     pub fn import(&self, file_name: &str, body: &[u8]) -> Result<Imported> {
+        let (mut done, end) = self.import_batch(&[(file_name, body)]);
+        end?;
+        Ok(done.pop().unwrap_or(Imported::Here))
+    }
+
+    /// [`import`](Self::import) of a batch from one consumer, in its order, as one group
+    /// (spec/bridge.md §4): each signal is checked, staged, fsynced and renamed into `inputs/`
+    /// no-clobber in turn, then `inputs/` is fsynced once for the lot. The renames follow the
+    /// batch's order, so that at any moment what is in `inputs/` of the batch is a prefix of
+    /// it: an agent never sees a later signal of the batch without the earlier ones.
+    ///
+    /// Returns what was done with each signal of a prefix of the batch, durably (the whole
+    /// batch when the second part is `Ok`); on an error, the prefix ends before the signal it
+    /// concerns, which was not written, nor any after it. When the last fsync fails the prefix
+    /// is empty: nothing of the batch is known to be durable.
+    pub fn import_batch(&self, batch: &[(&str, &[u8])]) -> (Vec<Imported>, Result<()>) {
+        let mut done = Vec::with_capacity(batch.len());
+        // Synced as soon as one signal is written or found here: one found here may be one a
+        // bridge killed before its fsync renamed into place.
+        let mut sync = false;
+        let mut end = Ok(());
+        for (file_name, body) in batch {
+            match self.import_unsynced(file_name, body) {
+                Ok(i) => {
+                    sync |= !matches!(i, Imported::Refused(_));
+                    done.push(i);
+                }
+                Err(e) => {
+                    end = Err(e);
+                    break;
+                }
+            }
+        }
+        if sync && let Err(e) = self.mb.io.sync_dir(&self.mb.layout.inputs) {
+            return (Vec::new(), Err(e));
+        }
+        (done, end)
+    }
+
+    /// One signal of [`import_batch`](Self::import_batch): checked, and written into `inputs/`
+    /// unless it is here already, without the fsync of `inputs/`.
+    fn import_unsynced(&self, file_name: &str, body: &[u8]) -> Result<Imported> {
         let Some(canon) = name::parse_canonical(file_name) else {
             return Ok(Imported::Refused(format!(
                 "{file_name:?} is not a canonical signal name"
@@ -133,7 +175,7 @@ impl BridgeSide<'_> {
         // send's (spec/mailbox.md §9.6).
         let stage = own::stage_name_from(&self.mb.layout.inputs, canon.unique, "send");
         Ok(
-            match atomic::write_atomic(&self.mb.io, &stage, &dest, body, Clobber::No)? {
+            match atomic::write_unsynced_dir(&self.mb.io, &stage, &dest, body, Clobber::No)? {
                 Placed::Done => Imported::Written,
                 Placed::Exists => Imported::Here,
             },
