@@ -110,24 +110,40 @@ impl BridgeSide<'_> {
 
     /// [`import`](Self::import) of a batch from one consumer, in its order, as one group
     /// (spec/bridge.md §4): each signal is checked, staged, fsynced and renamed into `inputs/`
-    /// no-clobber in turn, then `inputs/` is fsynced once for the lot. The renames follow the
-    /// batch's order, so that at any moment what is in `inputs/` of the batch is a prefix of
-    /// it: an agent never sees a later signal of the batch without the earlier ones.
+    /// no-clobber in turn, then `inputs/` is fsynced once for the lot (after each signal where
+    /// a power loss could keep a later rename and lose an earlier one: ext2, ext4 without a
+    /// journal). The renames follow the batch's order, so that at any moment, and after a
+    /// power loss, what is in `inputs/` of the batch is a prefix of it: an agent never sees a
+    /// later signal of the batch without the earlier ones.
     ///
     /// Returns what was done with each signal of a prefix of the batch, durably (the whole
     /// batch when the second part is `Ok`); on an error, the prefix ends before the signal it
-    /// concerns, which was not written, nor any after it. When the last fsync fails the prefix
-    /// is empty: nothing of the batch is known to be durable.
+    /// concerns, which was not written, nor any after it. When the batch's fsync fails the
+    /// prefix is empty: nothing of the batch is known to be durable (synced after each signal,
+    /// the prefix is what was synced before the failure).
     pub fn import_batch(&self, batch: &[(&str, &[u8])]) -> (Vec<Imported>, Result<()>) {
         let mut done = Vec::with_capacity(batch.len());
         // Synced as soon as one signal is written or found here: one found here may be one a
         // bridge killed before its fsync renamed into place.
         let mut sync = false;
         let mut end = Ok(());
+        // Where a power loss may keep a later rename in a directory and lose an earlier one
+        // (ext2, ext4 without a journal: the filesystems whose claims go by link), each name
+        // is made durable before the next is written, so that `inputs/` holds a prefix of the
+        // batch after a power loss too, as one signal at a time did.
+        let each =
+            self.mb.io.link_claims() || crate::sys::renames_not_atomic(&self.mb.layout.inputs);
         for (file_name, body) in batch {
             match self.import_unsynced(file_name, body) {
                 Ok(i) => {
-                    sync |= !matches!(i, Imported::Refused(_));
+                    let written = !matches!(i, Imported::Refused(_));
+                    if each && written {
+                        if let Err(e) = self.mb.io.sync_dir(&self.mb.layout.inputs) {
+                            return (done, Err(e));
+                        }
+                    } else {
+                        sync |= written;
+                    }
                     done.push(i);
                 }
                 Err(e) => {
