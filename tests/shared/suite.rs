@@ -17,10 +17,19 @@ use std::process::Command;
 pub fn every_file_is_a_module(dir: &Path, root: &str) {
     let text = std::fs::read_to_string(dir.join(root))
         .unwrap_or_else(|e| panic!("{}: {e}", dir.join(root).display()));
+    every_file_is_a_module_of(dir, &[root], &text);
+}
+
+/// Fails unless every `.rs` file directly in `dir`, the `roots` aside, is declared a module
+/// with `#[path = "<file name>"]` in `text` (the roots' text).
+pub fn every_file_is_a_module_of(dir: &Path, roots: &[&str], text: &str) {
+    let root = roots.join(", ");
     let mut missing = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        if name.ends_with(".rs") && name != root && !text.contains(&format!("#[path = \"{name}\"]"))
+        if name.ends_with(".rs")
+            && !roots.contains(&name.as_str())
+            && !text.contains(&format!("#[path = \"{name}\"]"))
         {
             missing.push(name);
         }
