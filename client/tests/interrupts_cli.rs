@@ -276,16 +276,23 @@ fn a_stop_signal_ends_a_poll_blocked_on_a_reader_that_does_not_read(signal: Sign
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Blocked once the FIFO is full.
+    // Blocked once the FIFO is full: well filled (each write is whole lines, so its 16 pages
+    // may hold less than 64 KiB), and nothing more coming.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while rustix::io::ioctl_fionread(&reader).unwrap() < 60_000 {
+    let mut last = (0, std::time::Instant::now());
+    loop {
+        let now = rustix::io::ioctl_fionread(&reader).unwrap();
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        } else if now >= 32 * 1024 && last.1.elapsed() > Duration::from_millis(300) {
+            break;
+        }
         assert!(
             std::time::Instant::now() < deadline,
             "the poll never filled the FIFO"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(200));
     common::signal(child.id(), signal).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let status = loop {

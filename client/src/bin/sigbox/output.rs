@@ -187,8 +187,10 @@ fn write_until_stopped(
             Ok(_) => {}
             Err(e) => return Err((written, e.into())),
         }
-        // Writable, or an error (a reader gone): the write says which.
-        let end = bytes.len().min(written + CHUNK);
+        // Writable, or an error (a reader gone): the write says which. A chunk ends at the
+        // last line end it holds: a write of at most `PIPE_BUF` bytes to a pipe is atomic, so a
+        // process killed between two writes leaves whole lines only (for lines that fit).
+        let end = chunk_end(bytes, written);
         match rustix::io::write(fd, &bytes[written..end]) {
             Ok(n) => written += n,
             Err(Errno::INTR | Errno::AGAIN) => {}
@@ -196,6 +198,19 @@ fn write_until_stopped(
         }
     }
     Ok(())
+}
+
+/// Where the write starting at `from` ends: at most [`CHUNK`] bytes on, just after the last
+/// newline in that span when there is one (else the span's end).
+fn chunk_end(bytes: &[u8], from: usize) -> usize {
+    let end = bytes.len().min(from + CHUNK);
+    if end == bytes.len() {
+        return end;
+    }
+    match bytes[from..end].iter().rposition(|&c| c == b'\n') {
+        Some(i) => from + i + 1,
+        None => end,
+    }
 }
 
 /// `s` with every control character but a tab escaped (`\n`, `\r`, `\u{1b}`): text from
@@ -306,4 +321,35 @@ pub(crate) fn reaches_nobody() -> Option<&'static str> {
     let null = std::fs::metadata("/dev/null").ok()?;
     (meta.file_type().is_char_device() && meta.rdev() == null.rdev())
         .then_some("stdout is /dev/null (or was closed)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every write of a flush ends at a line end (lines shorter than a chunk): a process
+    /// killed between two writes leaves no torn line for its reader.
+    #[test]
+    fn a_flush_writes_whole_lines_only() {
+        let (tx, rx) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        let mut text = Vec::new();
+        for i in 0..200 {
+            text.extend_from_slice(
+                format!("{{\"id\": \"{i}\", \"pad\": \"{}\"}}\n", "x".repeat(i % 97)).as_bytes(),
+            );
+        }
+        assert!(text.len() > 3 * CHUNK);
+        write_until_stopped(&tx, &text, &AtomicBool::new(false)).unwrap();
+        drop(tx);
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 2 * CHUNK];
+        while got.len() < text.len() {
+            let n = rx.recv(&mut buf).unwrap();
+            let write = &buf[..n];
+            assert!(n <= CHUNK, "a write of {n} bytes");
+            assert_eq!(write.last(), Some(&b'\n'), "a write ends mid-line");
+            got.extend_from_slice(write);
+        }
+        assert_eq!(got, text);
+    }
 }
