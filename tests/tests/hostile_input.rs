@@ -619,3 +619,58 @@ fn a_held_slot_moved_and_replaced_by_a_symlink_loses_nothing_and_writes_nothing_
     assert_eq!(unique, sent, "lost");
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
 }
+
+/// A consumer's held claim slot moved out of the root while the handle lives and keeps
+/// claiming: no claim follows the slot out of the root (each is made beneath the root by
+/// path), and every signal is delivered exactly once.
+#[test]
+fn a_held_slot_moved_out_of_the_root_takes_no_claim_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("r");
+    let moved = tmp.path().join("moved");
+    let mb = MailboxOptions::new().init(&root).unwrap();
+    let mut sent = vec![send_exec(&mb, "first")];
+    let mut got: Vec<String> = Vec::new();
+    got.extend(
+        mb.pass("Executor", None)
+            .unwrap()
+            .delivered
+            .iter()
+            .map(|s| s.id.clone()),
+    );
+    mb.ack("Executor").unwrap();
+    std::fs::rename(root.join("claimed/Executor/0"), &moved).unwrap();
+    for i in 0..3 {
+        sent.push(send_exec(&mb, &format!("after {i}")));
+        if let Ok(p) = mb.pass("Executor", None) {
+            got.extend(p.delivered.iter().map(|s| s.id.clone()));
+        }
+        let _ = mb.ack("Executor");
+        assert_eq!(
+            std::fs::read_dir(&moved).unwrap().count(),
+            0,
+            "a claim followed the slot out of the root"
+        );
+    }
+    drop(mb);
+    let next = MailboxOptions::new().open(&root).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let p = next.pass("Executor", None).unwrap();
+        got.extend(p.delivered.iter().map(|s| s.id.clone()));
+        next.ack("Executor").unwrap();
+        let mut seen = got.clone();
+        seen.sort();
+        seen.dedup();
+        if seen.len() >= sent.len() || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut unique = got.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), got.len(), "delivered twice: {got:?}");
+    sent.sort();
+    assert_eq!(unique, sent, "lost");
+}

@@ -91,19 +91,6 @@ impl Io {
         }
     }
 
-    /// Keeps `fd`, the open directory `path` beneath the root (a claim slot this handle holds
-    /// locked through `fd`), for the effects there while `fd` lives: a claim, its record and
-    /// its acknowledgement then need no lookup of the slot's path. Checked as the kept layout
-    /// directories are ([`Io::refresh_root`]): moved or replaced, it is looked up again.
-    pub(crate) fn pin_dir(&self, path: &Path, fd: &std::sync::Arc<std::os::fd::OwnedFd>) {
-        if let Some(root) = self.root()
-            && let Some(rel) = root.rel(path)
-            && !rel.as_os_str().is_empty()
-        {
-            root.pin(rel, fd);
-        }
-    }
-
     /// True when another open file description holds a lock on `path` (a non-blocking
     /// exclusive `flock` fails); false when nobody does or the file cannot be opened. Takes
     /// and releases the lock at once.

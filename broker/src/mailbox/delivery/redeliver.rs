@@ -93,7 +93,7 @@ impl Mailbox {
                 tracing::info!(slot = %dir.display(), signals = found.len(), "taking over the claims of a consumer that died");
                 flight.adopted.push(Slot {
                     dir: dir.clone(),
-                    _lock: lock.into(),
+                    _lock: lock,
                 });
             }
             out.extend(found.into_iter().map(|(at, name)| {

@@ -6,9 +6,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use super::Held;
 use crate::clock;
@@ -22,20 +20,7 @@ use crate::sys::{EntryKind, Stamp};
 /// A slot this handle holds: the directory, and the locked descriptor that holds it.
 pub(in crate::mailbox) struct Slot {
     pub(super) dir: PathBuf,
-    pub(super) _lock: Lock,
-}
-
-/// The locked descriptor of a slot: a plain file, or for the handle's own slot one shared
-/// with the root, whose effects in the slot go through it ([`crate::io::Io::pin_dir`]).
-pub(in crate::mailbox) enum Lock {
-    File(#[allow(dead_code)] File),
-    Pinned(#[allow(dead_code)] Arc<OwnedFd>),
-}
-
-impl From<File> for Lock {
-    fn from(f: File) -> Lock {
-        Lock::File(f)
-    }
+    pub(super) _lock: File,
 }
 
 /// What one handle has in flight for one agent.
@@ -233,14 +218,11 @@ impl Mailbox {
         ))
     }
 
-    /// The handle's own slot `dir`, held by `lock`, whose descriptor the root keeps for the
-    /// effects in the slot while the handle holds it.
+    /// The handle's own slot `dir`, held by `lock`.
     fn own_held(&self, dir: &Path, lock: File) -> Slot {
-        let fd = Arc::new(OwnedFd::from(lock));
-        self.io.pin_dir(dir, &fd);
         Slot {
             dir: dir.to_path_buf(),
-            _lock: Lock::Pinned(fd),
+            _lock: lock,
         }
     }
 

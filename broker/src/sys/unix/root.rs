@@ -21,10 +21,6 @@ pub(crate) struct Root {
     /// a link and kept: most effects then need no lookup beyond their last component. Checked
     /// against the root's entries by [`Root::verify`].
     top: std::sync::Mutex<Vec<(std::ffi::OsString, Arc<OwnedFd>)>>,
-    /// Deeper directories a holder keeps open for as long as it holds them (a claim slot,
-    /// with its lock): effects there use the kept descriptor instead of a lookup beneath the
-    /// root. Forgotten when the holder drops it, and checked as `top` is.
-    pinned: std::sync::Mutex<Vec<(PathBuf, std::sync::Weak<OwnedFd>)>>,
 }
 
 /// A directory descriptor: the root's own, one opened beneath it, or (outside any root) one
@@ -76,7 +72,6 @@ impl Root {
             path: path.to_path_buf(),
             fd,
             top: std::sync::Mutex::new(Vec::new()),
-            pinned: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -125,29 +120,9 @@ impl Root {
             if rest.as_os_str().is_empty() {
                 return Ok(Dir::Shared(top));
             }
-            if let Some(fd) = self.pinned_dir(rel) {
-                return Ok(Dir::Shared(fd));
-            }
             return beneath(&top, rest).map(Dir::Owned);
         }
         beneath(&self.fd, rel).map(Dir::Owned)
-    }
-
-    /// Keeps `fd`, the directory `rel` beneath the root (opened beneath it), for the effects
-    /// there while the caller holds `fd`: a claim slot, held by a lock on that descriptor.
-    pub(crate) fn pin(&self, rel: &Path, fd: &Arc<OwnedFd>) {
-        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
-        pinned.retain(|(p, w)| w.strong_count() > 0 && p != rel);
-        pinned.push((rel.to_path_buf(), Arc::downgrade(fd)));
-    }
-
-    /// The kept descriptor of `rel` while its holder keeps it ([`Root::pin`]).
-    fn pinned_dir(&self, rel: &Path) -> Option<Arc<OwnedFd>> {
-        let pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
-        pinned
-            .iter()
-            .find(|(p, _)| p == rel)
-            .and_then(|(_, w)| w.upgrade())
     }
 
     /// The kept descriptor of `name`, a directory directly below the root, opened (without
@@ -169,8 +144,7 @@ impl Root {
 
     /// Forgets every kept directory that is no longer the one at its name below the root
     /// (replaced, moved, or a link planted there since): the next use opens it again, and a
-    /// link is refused then. One `fstatat` and one `fstat` per kept top directory; a pinned
-    /// deeper one is opened beneath the root again and compared.
+    /// link is refused then. One `fstatat` and one `fstat` per kept directory.
     pub(crate) fn verify(&self) {
         let same = |name: &std::ffi::OsStr, fd: &OwnedFd| {
             let now = rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
@@ -181,21 +155,6 @@ impl Root {
         };
         let mut top = self.top.lock().unwrap_or_else(|p| p.into_inner());
         top.retain(|(name, fd)| same(name, fd));
-        drop(top);
-        // A kept deeper directory moved or replaced since: its path is looked up again (and a
-        // link planted on the way refused), as for any other directory.
-        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
-        pinned.retain(|(rel, w)| {
-            w.upgrade().is_some_and(|fd| {
-                match (
-                    beneath(&self.fd, rel).and_then(|d| Ok(rustix::fs::fstat(d)?)),
-                    rustix::fs::fstat(&fd),
-                ) {
-                    (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
-                    _ => false,
-                }
-            })
-        });
     }
 }
 
