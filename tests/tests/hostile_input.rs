@@ -645,12 +645,13 @@ fn a_held_slot_moved_out_of_the_root_takes_no_claim_with_it() {
         if let Ok(p) = mb.pass("Executor", None) {
             got.extend(p.delivered.iter().map(|s| s.id.clone()));
         }
-        let _ = mb.ack("Executor");
+        // Looked at while the claims are in flight, before their acknowledgement moves them.
         assert_eq!(
             std::fs::read_dir(&moved).unwrap().count(),
             0,
             "a claim followed the slot out of the root"
         );
+        let _ = mb.ack("Executor");
     }
     drop(mb);
     let next = MailboxOptions::new().open(&root).unwrap();
