@@ -1013,7 +1013,32 @@ fn a_hook_that_fails_is_no_decision() {
     let (_dir, root, mb) = fresh();
     send(&mb, SignalType::Abort, "must not be lost");
     let root_s = root.to_str().unwrap();
-    let cases: [(&str, &[&str], &str); 6] = [
+    let cases: [(&str, &[&str], &str); 8] = [
+        (
+            "an unknown option, --durability before the subcommand",
+            &[
+                "--durability",
+                "relaxed",
+                "hook",
+                "claude",
+                "--as",
+                "Executor",
+                "--from-a-newer-version",
+            ],
+            "",
+        ),
+        (
+            "an unknown option, --durability=relaxed before the subcommand",
+            &[
+                "--durability=relaxed",
+                "hook",
+                "claude",
+                "--as",
+                "Executor",
+                "--from-a-newer-version",
+            ],
+            "",
+        ),
         (
             "an unknown option",
             &[

@@ -158,11 +158,13 @@ fn is_hook() -> bool {
     while let Some(a) = args.next() {
         let a = a.to_string_lossy();
         match a.as_ref() {
-            "--root" | "--settle" => {
+            "--root" | "--settle" | "--durability" => {
                 args.next();
             }
             "--json" | "--verbose" => {}
-            a if a.starts_with("--root=") || a.starts_with("--settle=") => {}
+            a if a.starts_with("--root=")
+                || a.starts_with("--settle=")
+                || a.starts_with("--durability=") => {}
             a if a.len() > 1 && a.starts_with('-') && a[1..].chars().all(|c| c == 'v') => {}
             a => return a == "hook",
         }
