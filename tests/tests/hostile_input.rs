@@ -638,6 +638,55 @@ fn a_held_slot_moved_out_of_the_root_takes_no_claim_with_it() {
     takes_the_rest_once_each(&next, got, sent);
 }
 
+/// The slot moved out of the root while a pass hands its first group over (the pass holds
+/// the slot's directory for one group of claims and its commit, never across a hand-over):
+/// the pass's later claims do not follow the slot out, and what it did not hand over comes
+/// once each to the agent's next consumer.
+#[test]
+fn a_slot_moved_during_a_hand_over_takes_no_later_claim_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("r");
+    let moved = tmp.path().join("moved");
+    let mb = MailboxOptions::new().init(&root).unwrap();
+    // More than one group commit's worth (64), so that the pass claims again after the move.
+    let sent: Vec<String> = (0..150).map(|i| send_exec(&mb, &format!("s{i}"))).collect();
+    let mut got: Vec<String> = Vec::new();
+    let mut groups = 0;
+    let mut first = 0;
+    let slot = root.join("claimed/Executor/0");
+    let result = mb.pass_with(
+        "Executor",
+        None,
+        sigbox::PassControl::new().ack_later(),
+        &mut |signals| {
+            groups += 1;
+            got.extend(signals.iter().map(|s| s.id.clone()));
+            if groups == 1 {
+                first = signals.len();
+                std::fs::rename(&slot, &moved)?;
+            }
+            Ok(())
+        },
+    );
+    let in_moved = std::fs::read_dir(&moved).unwrap().count();
+    assert!(
+        groups >= 1 && in_moved > 0,
+        "{groups} groups, {in_moved} moved"
+    );
+    assert!(
+        in_moved < sent.len(),
+        "every claim followed the slot: {result:?}"
+    );
+    // Exactly the group handed over before the move went with the slot.
+    assert_eq!(
+        in_moved, first,
+        "a claim after the hand-over followed the slot out"
+    );
+    drop(mb);
+    let next = MailboxOptions::new().open(&root).unwrap();
+    takes_the_rest_once_each(&next, got, sent);
+}
+
 /// Passes of `next` for the Executor until every id of `sent` came (a process another test
 /// starts may hold a copy of a dropped handle's slot lock for a moment, between its fork and
 /// its exec), then checks that, with `got` (what earlier passes delivered), each came once.

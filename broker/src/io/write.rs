@@ -192,6 +192,13 @@ impl Io {
             .map_err(|e| Error::io(path, "cannot open directory", e))
     }
 
+    /// [`Io::open_dir`], and the directory held for the effects in it while the descriptor
+    /// lives ([`sys::hold_dir`]): one lookup beneath the root for a bounded operation there
+    /// (a group of claims into a slot and its commit, an acknowledgement out of it).
+    pub(crate) fn hold_dir(&self, path: &Path) -> Result<std::sync::Arc<File>> {
+        sys::hold_dir(self.root().as_ref(), path).map_err(|e| self.resolve_error(path, e, false))
+    }
+
     /// [`Io::sync_dir`] of a directory opened by [`Io::open_dir`]. A failed fsync poisons the
     /// handle.
     pub(crate) fn sync_dir_file(&self, dir: &File, path: &Path) -> Result<()> {

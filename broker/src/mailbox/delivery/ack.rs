@@ -21,6 +21,19 @@ impl Mailbox {
         if flight.handed.is_empty() {
             return Ok(0);
         }
+        // Each slot is looked up beneath the root once for the whole acknowledgement, and its
+        // moves go through the held descriptor; a slot that cannot be opened is left to each
+        // move's own lookup, which reports why.
+        let mut held: Vec<(&Path, std::sync::Arc<std::fs::File>)> = Vec::new();
+        for h in &flight.handed {
+            let (Held::Claim(p, _) | Held::Marker(p)) = h;
+            if let Some(d) = p.parent()
+                && !held.iter().any(|(x, _)| *x == d)
+                && let Ok(f) = self.io.hold_dir(d)
+            {
+                held.push((d, f));
+            }
+        }
         let mut moved = false;
         let mut slots: Vec<PathBuf> = Vec::new();
         let mut done = 0;

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -25,7 +26,9 @@ pub(in crate::mailbox) struct Batch {
     pub(super) dirs: Vec<PathBuf>,
     /// The directories the commit fsyncs, opened before the first claim that needs each, so
     /// that a commit never needs a new descriptor (the slot and the source directories).
-    pub(super) open_dirs: Vec<(PathBuf, File)>,
+    /// Held ([`crate::io::Io::hold_dir`]) until the commit: the group's claims, records and
+    /// decisions go through them, with one lookup beneath the root per group, not per claim.
+    pub(super) open_dirs: Vec<(PathBuf, Arc<File>)>,
     /// Claims since the last commit.
     pub(super) claims: usize,
     /// Deliveries in FIFO order, and claims by link not yet decided.
@@ -79,7 +82,7 @@ impl Batch {
     /// Opens `dir` for the commit unless it is open already.
     pub(super) fn open_dir(&mut self, io: &crate::io::Io, dir: &Path) -> Result<()> {
         if !self.open_dirs.iter().any(|(p, _)| p == dir) {
-            let f = io.open_dir(dir)?;
+            let f = io.hold_dir(dir)?;
             self.open_dirs.push((dir.to_path_buf(), f));
         }
         Ok(())
@@ -175,6 +178,9 @@ impl Mailbox {
             batch.claims = 0;
             decided?;
         }
+        // The next group looks its directories up beneath the root again; nothing stays held
+        // while the group is handed over.
+        batch.open_dirs.clear();
         // Every delivery is durable now: the batch's claims just committed; the rest (acks,
         // claims that finished an interrupted one) were synced when made.
         debug_assert!(

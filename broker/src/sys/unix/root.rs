@@ -1,6 +1,6 @@
 //! The root held open (spec/mailbox.md §9.9): its descriptor, the layout directories kept
-//! open below it, the directories a holder pins, and every lookup beneath it that never
-//! follows a symlink.
+//! open below it, the deeper directories an operation holds, and every lookup beneath it that
+//! never follows a symlink.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -21,6 +21,11 @@ pub(crate) struct Root {
     /// a link and kept: most effects then need no lookup beyond their last component. Checked
     /// against the root's entries by [`Root::verify`].
     top: std::sync::Mutex<Vec<(std::ffi::OsString, Arc<OwnedFd>)>>,
+    /// Deeper directories an operation holds open while it works there ([`hold_dir`]: a
+    /// group of claims into a slot, an acknowledgement out of it): effects there go through
+    /// the held descriptor instead of a lookup beneath the root each. Forgotten when the
+    /// operation drops it.
+    held: std::sync::Mutex<Vec<(PathBuf, std::sync::Weak<File>)>>,
 }
 
 /// A directory descriptor: the root's own, one opened beneath it, or (outside any root) one
@@ -29,6 +34,7 @@ pub(crate) enum Dir {
     Root(Arc<Root>),
     Shared(Arc<OwnedFd>),
     Owned(OwnedFd),
+    Held(Arc<File>),
 }
 
 impl AsFd for Dir {
@@ -37,6 +43,7 @@ impl AsFd for Dir {
             Dir::Root(r) => r.fd.as_fd(),
             Dir::Shared(fd) => fd.as_fd(),
             Dir::Owned(fd) => fd.as_fd(),
+            Dir::Held(f) => f.as_fd(),
         }
     }
 }
@@ -72,6 +79,7 @@ impl Root {
             path: path.to_path_buf(),
             fd,
             top: std::sync::Mutex::new(Vec::new()),
+            held: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -120,9 +128,31 @@ impl Root {
             if rest.as_os_str().is_empty() {
                 return Ok(Dir::Shared(top));
             }
+            if let Some(f) = self.held_dir(rel) {
+                return Ok(Dir::Held(f));
+            }
             return beneath(&top, rest).map(Dir::Owned);
         }
         beneath(&self.fd, rel).map(Dir::Owned)
+    }
+
+    /// Keeps `f`, the directory `rel` (opened beneath the root), for the effects there while
+    /// its holder keeps `f`.
+    fn hold(&self, rel: &Path, f: &Arc<File>) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.retain(|(p, w)| w.strong_count() > 0 && p != rel);
+        held.push((rel.to_path_buf(), Arc::downgrade(f)));
+    }
+
+    /// The held descriptor of `rel` while its holder keeps it ([`hold_dir`]).
+    fn held_dir(&self, rel: &Path) -> Option<Arc<File>> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.is_empty() {
+            return None;
+        }
+        held.iter()
+            .find(|(p, _)| p == rel)
+            .and_then(|(_, w)| w.upgrade())
     }
 
     /// The kept descriptor of `name`, a directory directly below the root, opened (without
@@ -219,6 +249,28 @@ pub(crate) fn place<'p>(root: Option<&Arc<Root>>, path: &'p Path) -> io::Result<
         Dir::Owned(rustix::fs::open(parent, flags, Mode::empty())?),
         name,
     ))
+}
+
+/// The directory `path`, opened as [`dir_at`] opens it and, when it lies deeper than the
+/// layout's top directories beneath `root`, held there for as long as the caller keeps the
+/// descriptor: every effect in it meanwhile (by any path through `root`) goes through this
+/// descriptor, with no lookup of its own. The lookup beneath the root is made once, here; a
+/// directory moved while it is held takes the effects made through it along (as a move
+/// between one lookup and its effect would): hold it for one bounded operation only, never
+/// across a wait.
+pub(crate) fn hold_dir(root: Option<&Arc<Root>>, path: &Path) -> io::Result<Arc<File>> {
+    if let Some((r, rel)) = root.and_then(|r| r.rel(path).map(|rel| (r, rel))) {
+        match r.dir(rel)? {
+            Dir::Held(f) => return Ok(f),
+            Dir::Owned(fd) => {
+                let f = Arc::new(File::from(fd));
+                r.hold(rel, &f);
+                return Ok(f);
+            }
+            top => return Ok(Arc::new(top.into_file()?)),
+        }
+    }
+    Ok(Arc::new(dir_at(root, path)?.into_file()?))
 }
 
 /// The directory `path` itself, opened as [`place`] opens a parent (never through a symlink
