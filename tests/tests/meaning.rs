@@ -901,3 +901,44 @@ fn yaml_non_finite_numbers_are_kept_as_text_or_refused_by_field() {
         check(body, "k.yaml", body.as_bytes(), &Rejected(vec![field]));
     }
 }
+
+/// `claims_by_link` says how this handle's claims move (spec/mailbox.md §9.10): by link when
+/// forced on, by rename when forced off, and as the root's filesystem requires when left to
+/// it; a claim then makes a link exactly when it says so.
+#[test]
+fn claims_by_link_says_how_a_claim_moves() {
+    struct Links(std::sync::atomic::AtomicUsize);
+    impl sigbox::FsHook for Links {
+        fn before(&self, op: &sigbox::FsOp<'_>) -> std::io::Result<()> {
+            if matches!(op, sigbox::FsOp::Link { .. }) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            Ok(())
+        }
+    }
+    for forced in [Some(true), Some(false), None] {
+        let tmp = tempfile::tempdir().unwrap();
+        let links = std::sync::Arc::new(Links(std::sync::atomic::AtomicUsize::new(0)));
+        let mut o = MailboxOptions::new();
+        o.hook(links.clone());
+        if let Some(on) = forced {
+            o.link_claims(on);
+        }
+        let mb = o.init(tmp.path()).unwrap();
+        mb.send(
+            sigbox::NewSignal::new(sigbox::SignalType::Steer)
+                .target(sigbox::Target::Agent("Executor".into())),
+        )
+        .unwrap();
+        assert_eq!(mb.pass("Executor", None).unwrap().delivered.len(), 1);
+        let by_link = mb.claims_by_link();
+        if let Some(on) = forced {
+            assert_eq!(by_link, on);
+        }
+        assert_eq!(
+            links.0.load(std::sync::atomic::Ordering::SeqCst) > 0,
+            by_link,
+            "forced {forced:?}: claims_by_link() says {by_link}"
+        );
+    }
+}

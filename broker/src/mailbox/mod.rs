@@ -257,6 +257,14 @@ impl Mailbox {
         !crate::sys::is_remote_fs(&self.layout.root)
     }
 
+    /// True when claims here move by link (spec/mailbox.md §9.10: ext2, ext3 or ext4 without
+    /// a journal, or as forced by [`MailboxOptions::link_claims`]): there a rename between
+    /// two directories is not committed whole, and writes that must survive a power loss in
+    /// order (a bridge's imports, spec/bridge.md §4) make each name durable before the next.
+    pub fn claims_by_link(&self) -> bool {
+        self.io.link_claims()
+    }
+
     /// The directories a waiter for `agent` must watch: `inputs/` and the buffers.
     pub fn watch_dirs(&self) -> [&Path; 2] {
         [&self.layout.inputs, &self.layout.buffered]
