@@ -10,7 +10,14 @@
 set -euo pipefail
 dir="${1:-.}"
 cd "$(dirname "$0")/.."
-cargo build --release -p sigbox-client -p sigbox-mcp -p sigbox-bridge -p sigbox-console -p sigbox-bench
+# Each shipped program on its own, as `cargo install --path <crate>` builds it: built together,
+# their dependencies' features would be unified, and each binary would carry the others' (the
+# `sigbox` CLI 10% larger, with a start-up to match). The benchmarks last (they build only
+# libraries of the others).
+for crate in sigbox-client sigbox-mcp sigbox-bridge sigbox-console; do
+  cargo build --release -p "$crate"
+done
+cargo build --release -p sigbox-bench
 if ! python3 -c 'import dirq' 2>/dev/null; then
   python3 -m pip install --quiet dirq 2>/dev/null || echo "(python-dirq could not be installed: the field table goes without it)"
 fi
