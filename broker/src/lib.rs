@@ -78,7 +78,8 @@ pub use mailbox::{
     SHARED_FILE_MODE, Settling,
 };
 pub use signal::{
-    NewSignal, ROLES, Signal, SignalType, Target, agent_name_problem, valid_agent, valid_sender,
+    NewSignal, ROLES, Signal, SignalType, Target, agent_name_problem, quoted_name, valid_agent,
+    valid_sender,
 };
 
 /// Internals exposed for the fuzz targets and property tests only: not part of the API, may

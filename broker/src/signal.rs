@@ -136,6 +136,17 @@ pub fn valid_sender(name: &str) -> bool {
     !name.trim().is_empty() && !name.chars().any(char::is_control)
 }
 
+/// `name` quoted as a message that refuses it shows it: whole when it is short, else its first
+/// 64 characters and an ellipsis (the reason says how long it is), so that a name of any size
+/// makes a message of one line.
+pub fn quoted_name(name: &str) -> String {
+    const SHOWN: usize = 64;
+    match name.char_indices().nth(SHOWN) {
+        None => format!("{name:?}"),
+        Some((cut, _)) => format!("{:?}…", &name[..cut]),
+    }
+}
+
 /// Why `name` is not an agent name, as a reason that says what to write instead (the caller
 /// quotes the name before it); `None` when [`valid_agent`] accepts it. Every place that takes
 /// an agent name (a target, `--as`, the MCP server, the Python package) refuses with this
@@ -180,7 +191,7 @@ impl Target {
         }
         match agent_name_problem(s) {
             None => Ok(Target::Agent(s.to_string())),
-            Some(why) => Err(format!("invalid target {s:?}: {why}")),
+            Some(why) => Err(format!("invalid target {}: {why}", quoted_name(s))),
         }
     }
 

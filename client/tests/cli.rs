@@ -470,6 +470,25 @@ fn errors_exit_2_with_one_line_naming_the_file() {
     let out = env.run(&["poll", "--as", "../x"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr_line(&out).contains("invalid agent name"));
+    // A name or target of any size is refused in a message of one short line: its start, and
+    // how long it is.
+    let huge = "E".repeat(100_000);
+    for args in [
+        vec!["poll", "--as", huge.as_str()],
+        vec!["send", "info", "x", "--target", huge.as_str()],
+    ] {
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.len() < 1_000,
+            "{} bytes of error: {}",
+            err.len(),
+            &err[..200]
+        );
+        assert!(err.contains("100000 bytes long"), "{err}");
+        assert!(err.contains(&format!("\"{}\"…", &huge[..64])), "{err}");
+    }
     let out = env.run(&["wait", "--as", "Executor", "--timeout", "5 parsecs"]);
     assert_eq!(out.status.code(), Some(2));
 }

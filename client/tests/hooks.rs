@@ -942,7 +942,11 @@ fn an_installed_hook_whose_program_moved_away_is_no_decision() {
         let bin_dir = dir.path().join("bin dir");
         std::fs::create_dir_all(&bin_dir).unwrap();
         let program = bin_dir.join("sigbox");
-        std::fs::copy(BIN, &program).unwrap();
+        // Copied by a process of its own: a copy made here would hold the new file open for
+        // writing in this process, and another test's fork meanwhile would keep that
+        // descriptor until its exec, failing the copy's exec with "Text file busy".
+        let cp = Command::new("cp").arg(BIN).arg(&program).status().unwrap();
+        assert!(cp.success());
         let out = Command::new(&program)
             .args(["--root", "signals", "hooks", "install", runtime, "--as"])
             .arg("Executor")

@@ -83,7 +83,10 @@ fn run() -> anyhow::Result<()> {
         .init();
     let agent = args.agent.trim().to_string();
     if let Some(why) = sigbox::agent_name_problem(&agent) {
-        anyhow::bail!("invalid agent name {agent:?} (--as): {why}");
+        anyhow::bail!(
+            "invalid agent name {} (--as): {why}",
+            sigbox::quoted_name(agent)
+        );
     }
     let root = sigbox_client::root_from(args.root.clone()).map_err(anyhow::Error::msg)?;
     let settle = sigbox_client::settle_from(args.settle).map_err(anyhow::Error::msg)?;

@@ -67,7 +67,10 @@ impl NewAsk {
 
     pub(super) fn problem(&self) -> Option<String> {
         if let Some(why) = crate::signal::agent_name_problem(&self.from) {
-            return Some(format!("invalid agent name {:?}: {why}", self.from));
+            return Some(format!(
+                "invalid agent name {}: {why}",
+                crate::signal::quoted_name(&self.from)
+            ));
         }
         if let Some(why) = self.to.as_deref().and_then(person_problem) {
             return Some(format!(

@@ -281,7 +281,10 @@ impl Mailbox {
             Some(why) => Err(Error::new(
                 ErrorKind::InvalidName,
                 Some(&self.layout.agents),
-                format!("invalid agent name {agent:?}: {why}"),
+                format!(
+                    "invalid agent name {}: {why}",
+                    crate::signal::quoted_name(agent)
+                ),
             )),
         }
     }

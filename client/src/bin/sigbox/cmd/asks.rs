@@ -25,7 +25,10 @@ fn agent_name(name: &str) -> anyhow::Result<String> {
     }
     match sigbox::agent_name_problem(name) {
         None => Ok(name.to_string()),
-        Some(why) => anyhow::bail!("invalid agent name {name:?} (--as): {why}"),
+        Some(why) => anyhow::bail!(
+            "invalid agent name {} (--as): {why}",
+            sigbox::quoted_name(name)
+        ),
     }
 }
 

@@ -633,8 +633,8 @@ pub(crate) fn agent_name(name: &str) -> anyhow::Result<String> {
             anyhow::bail!("invalid agent name {name:?} (--as): {why}")
         }
         Some(why) => anyhow::bail!(
-            "invalid agent name {name:?} (--as): {why}; the known roles ({}) are taken in any \
-             case",
+            "invalid agent name {} (--as): {why}; the known roles ({}) are taken in any case",
+            sigbox::quoted_name(name),
             sigbox::ROLES.join(", ")
         ),
     }
