@@ -85,7 +85,7 @@ fn run() -> anyhow::Result<()> {
     if let Some(why) = sigbox::agent_name_problem(&agent) {
         anyhow::bail!(
             "invalid agent name {} (--as): {why}",
-            sigbox::quoted_name(agent)
+            sigbox::quoted_name(&agent)
         );
     }
     let root = sigbox_client::root_from(args.root.clone()).map_err(anyhow::Error::msg)?;
