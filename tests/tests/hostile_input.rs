@@ -687,6 +687,101 @@ fn a_slot_moved_during_a_hand_over_takes_no_later_claim_with_it() {
     takes_the_rest_once_each(&next, got, sent);
 }
 
+/// While a pass hands its first group over (a reader slow to take it), a layout directory is
+/// moved out of the root and something planted at its name: `claimed/` (a symlink to a
+/// directory outside), the slot itself (a new, unlocked directory of the same name), or
+/// `processed/` (a symlink outside). The pass's later claims and its acknowledgement go to
+/// none of them: nothing beyond the first group reaches the moved directory or the outside
+/// one, and every signal not handed over comes once to the agent's next consumer.
+#[test]
+fn layout_directories_swapped_during_a_hand_over_take_nothing_more() {
+    for what in ["claimed", "slot", "processed"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("r");
+        let (moved, outside) = (tmp.path().join("moved"), tmp.path().join("outside"));
+        std::fs::create_dir(&outside).unwrap();
+        let mb = MailboxOptions::new().init(&root).unwrap();
+        let sent: Vec<String> = (0..150).map(|i| send_exec(&mb, &format!("s{i}"))).collect();
+        let mut got: Vec<String> = Vec::new();
+        let (mut groups, mut first) = (0, 0);
+        let swap = || -> std::io::Result<()> {
+            match what {
+                "claimed" => {
+                    std::fs::rename(root.join("claimed"), &moved)?;
+                    std::os::unix::fs::symlink(&outside, root.join("claimed"))
+                }
+                "slot" => {
+                    std::fs::rename(root.join("claimed/Executor/0"), &moved)?;
+                    std::fs::create_dir(root.join("claimed/Executor/0"))
+                }
+                _ => {
+                    std::fs::rename(root.join("processed"), &moved)?;
+                    std::os::unix::fs::symlink(&outside, root.join("processed"))
+                }
+            }
+        };
+        let mut control = sigbox::PassControl::new();
+        if what != "processed" {
+            control.ack_later();
+        }
+        let result = mb.pass_with("Executor", None, &control, &mut |signals| {
+            groups += 1;
+            got.extend(signals.iter().map(|s| s.id.clone()));
+            if groups == 1 {
+                first = signals.len();
+                swap()?;
+            }
+            Ok(())
+        });
+        let result = result.map(|p| p.delivered.len()).map_err(|e| e.to_string());
+        assert_eq!(
+            walk_files(&outside),
+            0,
+            "{what}: written outside the root: {result:?}"
+        );
+        let in_moved = walk_files(&moved);
+        assert!(first > 0 && groups >= 1, "{what}: {groups} groups");
+        if what == "processed" {
+            // The first group's acknowledgement went nowhere: it is still in flight.
+            assert_eq!(in_moved, 0, "{what}: acknowledged into the moved directory");
+        } else {
+            assert_eq!(
+                in_moved, first,
+                "{what}: a later claim followed the slot: {result:?}"
+            );
+        }
+        drop(mb);
+        // Put back as it was, but for what was moved away with what it held.
+        match what {
+            "claimed" | "processed" => std::fs::remove_file(root.join(what)).unwrap(),
+            _ => std::fs::remove_dir(root.join("claimed/Executor/0")).unwrap(),
+        }
+        if what == "processed" {
+            std::fs::rename(&moved, root.join("processed")).unwrap();
+        }
+        let next = MailboxOptions::new().open(&root).unwrap();
+        let taken_away = if what == "processed" { 0 } else { first };
+        takes_the_rest_once_each(&next, got[..taken_away].to_vec(), sent);
+    }
+}
+
+/// Regular files anywhere below `d` (0 when it does not exist).
+fn walk_files(d: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(d) else {
+        return 0;
+    };
+    rd.map(|e| e.unwrap())
+        .map(|e| {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                walk_files(&e.path())
+            } else {
+                usize::from(t.is_file())
+            }
+        })
+        .sum()
+}
+
 /// Passes of `next` for the Executor until every id of `sent` came (a process another test
 /// starts may hold a copy of a dropped handle's slot lock for a moment, between its fork and
 /// its exec), then checks that, with `got` (what earlier passes delivered), each came once.

@@ -74,8 +74,8 @@ impl NewAsk {
         }
         if let Some(why) = self.to.as_deref().and_then(person_problem) {
             return Some(format!(
-                "invalid --to {:?}: {why}",
-                self.to.as_deref().unwrap_or("")
+                "invalid --to {}: {why}",
+                crate::signal::quoted_name(self.to.as_deref().unwrap_or(""))
             ));
         }
         if let Some(why) = self.key.as_deref().and_then(key_problem) {

@@ -75,6 +75,16 @@ impl Io {
         }
     }
 
+    /// Forgets, at once, every kept layout directory that is no longer the one at its name
+    /// below the root ([`sys::Root::verify`]): before each group of claims and each
+    /// acknowledgement, so that a layout directory moved or replaced while a pass was handing
+    /// a group over (a reader slow to take it, for minutes) takes no later claim with it.
+    pub(crate) fn verify_kept(&self) {
+        if let Some(root) = self.root() {
+            root.verify();
+        }
+    }
+
     pub(super) fn root(&self) -> Option<Arc<sys::Root>> {
         self.root.read().unwrap_or_else(|p| p.into_inner()).clone()
     }

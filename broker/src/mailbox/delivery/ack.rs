@@ -24,6 +24,7 @@ impl Mailbox {
         // Each slot is looked up beneath the root once for the whole acknowledgement, and its
         // moves go through the held descriptor; a slot that cannot be opened is left to each
         // move's own lookup, which reports why.
+        self.io.verify_kept();
         let mut held: Vec<(&Path, std::sync::Arc<std::fs::File>)> = Vec::new();
         for h in &flight.handed {
             let (Held::Claim(p, _) | Held::Marker(p)) = h;

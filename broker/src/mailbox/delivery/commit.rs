@@ -79,6 +79,16 @@ impl Batch {
         }
     }
 
+    /// True before the group's first claim: nothing is held yet.
+    pub(super) fn starts_group(&self) -> bool {
+        self.open_dirs.is_empty()
+    }
+
+    /// Holds `dir`, opened as [`Batch::open_dir`] opens it, for the group.
+    pub(super) fn hold(&mut self, dir: &Path, f: Arc<File>) {
+        self.open_dirs.push((dir.to_path_buf(), f));
+    }
+
     /// Opens `dir` for the commit unless it is open already.
     pub(super) fn open_dir(&mut self, io: &crate::io::Io, dir: &Path) -> Result<()> {
         if !self.open_dirs.iter().any(|(p, _)| p == dir) {

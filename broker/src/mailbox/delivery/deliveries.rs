@@ -91,6 +91,10 @@ impl<'p, 'h> Deliveries<'p, 'h> {
         item: &Item,
         pass: &mut Pass,
     ) -> Result<Option<Delivery>> {
+        if self.batch.starts_group() {
+            let held = self.mb.own_slot_for_group(slot, self.flight)?;
+            self.batch.hold(slot, held);
+        }
         self.mb
             .claim(slot, dir, item, self.agent, pass, &mut self.batch)
     }

@@ -218,6 +218,41 @@ impl Mailbox {
         ))
     }
 
+    /// Before a group of claims into `slot` (the handle's own slot): the root's kept layout
+    /// directories checked ([`crate::io::Io::verify_kept`]), then `slot` looked up beneath the
+    /// root and held for the group, refused unless it is still the directory this handle
+    /// locked. A slot moved away and replaced (a directory made at its name) is nobody's: a
+    /// claim there would be taken for a dead consumer's by the agent's next consumer while
+    /// this handle still hands it out. The handle lets it go; its next pass takes a slot again.
+    pub(in crate::mailbox) fn own_slot_for_group(
+        &self,
+        slot: &Path,
+        flight: &mut Flight,
+    ) -> Result<std::sync::Arc<File>> {
+        self.io.verify_kept();
+        let held = self.io.hold_dir(slot)?;
+        if let Some(own) = flight.own.as_ref().filter(|s| s.dir == slot) {
+            let same = match (held.metadata(), own._lock.metadata()) {
+                (Ok(a), Ok(b)) => {
+                    let (a, b) = (crate::sys::stamp(&a), crate::sys::stamp(&b));
+                    (a.dev, a.ino) == (b.dev, b.ino)
+                }
+                _ => false,
+            };
+            if !same {
+                flight.own = None;
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    Some(slot),
+                    "this claim slot is no longer the directory this consumer holds (moved or \
+                     replaced since it was taken): no claim goes into it; the next pass takes \
+                     a slot again",
+                ));
+            }
+        }
+        Ok(held)
+    }
+
     /// The handle's own slot `dir`, held by `lock`.
     fn own_held(&self, dir: &Path, lock: File) -> Slot {
         Slot {
