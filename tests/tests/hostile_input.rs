@@ -765,6 +765,43 @@ fn layout_directories_swapped_during_a_hand_over_take_nothing_more() {
     }
 }
 
+/// `inputs/` moved out of the root and a new one made in its place, just before a bridge's
+/// export round (well within the second between two checks of the kept layout directories):
+/// the round neither takes what the moved directory holds nor writes anything outside.
+#[test]
+fn an_export_round_just_after_inputs_moved_away_takes_nothing_from_outside() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("r");
+    let moved = tmp.path().join("moved");
+    let mb = MailboxOptions::new().init(&root).unwrap();
+    let here = |a: &str| a == "Executor";
+    let mut seen = sigbox::BroadcastsSeen::default();
+    // A first round keeps the layout's directories open.
+    assert!(
+        mb.bridge()
+            .take("h0", 64, &here, &mut seen)
+            .unwrap()
+            .is_empty()
+    );
+    for i in 0..3 {
+        mb.send(
+            NewSignal::new(SignalType::Steer)
+                .target(Target::Agent("Remote".into()))
+                .message(format!("r{i}")),
+        )
+        .unwrap();
+    }
+    std::fs::rename(root.join("inputs"), &moved).unwrap();
+    std::fs::create_dir(root.join("inputs")).unwrap();
+    let taken = mb.bridge().take("h0", 64, &here, &mut seen).unwrap();
+    assert!(taken.is_empty(), "taken from outside the root: {taken:?}");
+    assert_eq!(
+        walk_files(&moved),
+        3,
+        "the moved directory keeps what it held"
+    );
+}
+
 /// Regular files anywhere below `d` (0 when it does not exist).
 fn walk_files(d: &Path) -> usize {
     let Ok(rd) = std::fs::read_dir(d) else {

@@ -128,6 +128,9 @@ impl BridgeSide<'_> {
         here: &dyn Fn(&str) -> bool,
         settled: &mut BroadcastsSeen,
     ) -> Result<Vec<Outgoing>> {
+        // The kept layout directories checked at once, not at most once a second: an
+        // `inputs/` or `bridge/outbox/` moved away just before is not read or written through.
+        self.mb.io.verify_kept();
         let mut items: Vec<(PathBuf, Item)> = Vec::new();
         for (dir, list, _) in self.mb.pending_items()? {
             items.extend(list.into_iter().map(|it| (dir.clone(), it)));
