@@ -867,10 +867,7 @@ fn link_claims(tmp: &Path, rows: &mut Vec<Row>) {
                 },
                 |()| {
                     let flight = fl.join("claimed");
-                    let names: Vec<PathBuf> = fs::read_dir(fl.join("inputs"))
-                        .unwrap()
-                        .map(|e| e.unwrap().path())
-                        .collect();
+                    let names = paths_in(&fl.join("inputs"));
                     let mut held = Vec::with_capacity(names.len());
                     for src in &names {
                         let dst = flight.join(src.file_name().unwrap());
@@ -977,6 +974,14 @@ fn append_record(path: &Path) {
     f.write_all(&tail).unwrap();
 }
 
+/// The paths of what `dir` holds, as a bare listing returns them.
+fn paths_in(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect()
+}
+
 /// The floor of a claim (spec/mailbox.md §9.2), in the plainest order: list `inputs/`, rename
 /// each file into an in-flight directory and read it (with `record`: read it, parse it and
 /// append its handling record, as sigbox does); when `durable`, fsync the in-flight directory,
@@ -984,10 +989,7 @@ fn append_record(path: &Path) {
 fn floor_claim_with(fl: &Path, durable: bool, record: bool) -> usize {
     let flight = fl.join("claimed");
     fs::create_dir_all(&flight).unwrap();
-    let names: Vec<PathBuf> = fs::read_dir(fl.join("inputs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let names = paths_in(&fl.join("inputs"));
     let mut held = Vec::with_capacity(names.len());
     for src in &names {
         let dst = flight.join(src.file_name().unwrap());

@@ -183,23 +183,24 @@ impl Io {
         self.sync_dir_file(&dir, path)
     }
 
-    /// Opens a directory for [`Io::sync_dir_file`]: a pass opens the directories its commit will
-    /// fsync before it claims anything, so that running out of descriptors can stop it only
-    /// before a claim, never between a claim and its commit.
-    pub(crate) fn open_dir(&self, path: &Path) -> Result<File> {
+    /// Opens a directory for [`Io::sync_dir_file`].
+    fn open_dir(&self, path: &Path) -> Result<File> {
         self.dir(path)?
             .into_file()
             .map_err(|e| Error::io(path, "cannot open directory", e))
     }
 
-    /// [`Io::open_dir`], and the directory held for the effects in it while the descriptor
-    /// lives ([`sys::hold_dir`]): one lookup beneath the root for a bounded operation there
-    /// (a group of claims into a slot and its commit, an acknowledgement out of it).
+    /// A directory opened for [`Io::sync_dir_file`] and held for the effects in it while the
+    /// descriptor lives ([`sys::hold_dir`]): one lookup beneath the root for a bounded
+    /// operation there (a group of claims into a slot and its commit, an acknowledgement out
+    /// of it). A pass opens the directories its commit will fsync before it claims anything,
+    /// so that running out of descriptors can stop it only before a claim, never between a
+    /// claim and its commit.
     pub(crate) fn hold_dir(&self, path: &Path) -> Result<std::sync::Arc<File>> {
         sys::hold_dir(self.root().as_ref(), path).map_err(|e| self.resolve_error(path, e, false))
     }
 
-    /// [`Io::sync_dir`] of a directory opened by [`Io::open_dir`]. A failed fsync poisons the
+    /// [`Io::sync_dir`] of a directory already open ([`Io::hold_dir`]). A failed fsync poisons the
     /// handle.
     pub(crate) fn sync_dir_file(&self, dir: &File, path: &Path) -> Result<()> {
         self.check_poison(path)?;
