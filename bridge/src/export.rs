@@ -11,6 +11,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::Context;
 use serde_json::json;
 use sigbox::Outgoing;
+use sigbox_client::Woke;
 
 use crate::names::header;
 use crate::shared::{Bridge, RETRY, hold, lock};
@@ -57,8 +58,12 @@ pub(crate) async fn export_loop(b: Arc<Bridge>, js: Context) {
     }
 }
 
-/// Wakes the exporter on every change in `inputs/` and the buffers (inotify), from a thread of
-/// its own; without events (a network filesystem), the exporter polls.
+/// Wakes the exporter on the changes in `inputs/` and the buffers (inotify) that can give it
+/// something to take, from a thread of its own; without events (a network filesystem), the
+/// exporter polls. A change that can give it nothing (a staging file, a signal for an agent
+/// here: `BridgeSide::no_export_work`) does not wake it, so a flood of signals imported for
+/// the agents here does not list `inputs/` again at each; it is woken at least once per
+/// [`EXPORT_BACKSTOP`] all the same.
 pub(crate) fn watch_inputs(b: &Arc<Bridge>) {
     let dirs = b.mb.watch_dirs();
     let watch = match sigbox_client::DirWatch::new(&[(dirs[0], false), (dirs[1], true)]) {
@@ -71,16 +76,29 @@ pub(crate) fn watch_inputs(b: &Arc<Bridge>) {
     b.watching.store(true, Ordering::Relaxed);
     let b = b.clone();
     std::thread::spawn(move || {
+        let mut woken = std::time::Instant::now();
         while !b.stop.load(Ordering::Relaxed) {
-            if !watch.wait(EXPORT_BACKSTOP) {
-                b.watching.store(false, Ordering::Relaxed);
-                return;
-            }
+            let round = match watch.wait_for(EXPORT_BACKSTOP) {
+                Woke::Died => {
+                    b.watching.store(false, Ordering::Relaxed);
+                    b.wake.notify_one();
+                    return;
+                }
+                Woke::Changed(paths) => {
+                    let here = lock(&b.here);
+                    let here = |a: &str| here.contains(a);
+                    !paths.iter().all(|p| b.mb.bridge().no_export_work(p, &here))
+                }
+                Woke::Unknown | Woke::Timeout => true,
+            };
             // Files renamed in whole are read at once, as a waiting agent reads them.
             for p in watch.take_arrivals() {
                 b.mb.arrived_whole(&p);
             }
-            b.wake.notify_one();
+            if round || woken.elapsed() >= EXPORT_BACKSTOP {
+                woken = std::time::Instant::now();
+                b.wake.notify_one();
+            }
         }
     });
 }

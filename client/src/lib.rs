@@ -65,7 +65,7 @@ pub use asks::{Waited, wait_outcome};
 pub use checkpoint::{Checkpoint, Notes, WaitMode};
 pub use durations::{MAX_SETTLE, parse_duration, parse_settle};
 pub use env::{DEFAULT_ROOT, DEFAULT_SETTLE, durability_from, root_from, settle_from};
-pub use watch::{DirWatch, Waiter, deadline_after, no_events_reason};
+pub use watch::{DirWatch, Waiter, Woke, deadline_after, no_events_reason};
 
 pub use sigbox;
 

@@ -118,7 +118,10 @@ impl DirWatch {
     }
 
     fn keep(&self, w: WakeUp) {
-        if let WakeUp::Arrived(p) = w {
+        if let WakeUp::Changed {
+            arrived: Some(p), ..
+        } = w
+        {
             let mut a = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
             // Bounded: a flood of renames falls back to the settle window for the rest.
             if a.len() < 4096 {
@@ -135,22 +138,67 @@ impl DirWatch {
                 tracing::debug!("event overflow: rescanning");
                 true
             }
-            Ok(w @ WakeUp::Arrived(_)) => {
+            Ok(w @ WakeUp::Changed { .. }) => {
                 self.keep(w);
                 true
             }
-            Ok(WakeUp::Changed) | Err(RecvTimeoutError::Timeout) => true,
+            Err(RecvTimeoutError::Timeout) => true,
             Err(RecvTimeoutError::Disconnected) => false,
         }
     }
+
+    /// [`wait`](Self::wait), saying what woke it: one event's paths, so that a caller can
+    /// tell the changes it has to look at from those it need not (its own staging files, a
+    /// file it knows is no concern of its). Paths renamed in are kept for
+    /// [`take_arrivals`](Self::take_arrivals) as by `wait`.
+    pub fn wait_for(&self, timeout: Duration) -> Woke {
+        match self.rx.recv_timeout(timeout) {
+            Ok(WakeUp::Rescan) => {
+                tracing::debug!("event overflow: rescanning");
+                Woke::Unknown
+            }
+            Ok(WakeUp::Changed { paths, arrived }) => {
+                let woke = if paths.is_empty() {
+                    Woke::Unknown
+                } else {
+                    Woke::Changed(paths)
+                };
+                self.keep(WakeUp::Changed {
+                    paths: Vec::new(),
+                    arrived,
+                });
+                woke
+            }
+            Err(RecvTimeoutError::Timeout) => Woke::Timeout,
+            Err(RecvTimeoutError::Disconnected) => Woke::Died,
+        }
+    }
+}
+
+/// What woke a [`DirWatch::wait_for`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Woke {
+    /// Entries at these paths were created, written, renamed (either side) or removed; or a
+    /// watched directory itself changed (its own path).
+    Changed(Vec<PathBuf>),
+    /// Something changed that the event does not name, or events were lost (the kernel's
+    /// queue overflowed): everything is to be looked at again.
+    Unknown,
+    /// Nothing happened within the timeout.
+    Timeout,
+    /// The watcher died: poll instead.
+    Died,
 }
 
 /// Why a wait woke up.
 #[derive(Debug, PartialEq, Eq)]
 enum WakeUp {
-    Changed,
-    /// A file renamed into a watched directory (its new path).
-    Arrived(PathBuf),
+    /// An entry changed: the paths the event names (none when it names none), and, for a file
+    /// renamed into a watched directory, its new path.
+    Changed {
+        paths: Vec<PathBuf>,
+        arrived: Option<PathBuf>,
+    },
     Rescan,
 }
 
@@ -172,8 +220,14 @@ fn wake_of(res: &notify::Result<notify::Event>) -> Option<WakeUp> {
                 )),
             paths,
             ..
-        }) if !paths.is_empty() => Some(WakeUp::Arrived(paths[paths.len() - 1].clone())),
-        Ok(_) => Some(WakeUp::Changed),
+        }) if !paths.is_empty() => Some(WakeUp::Changed {
+            paths: paths.clone(),
+            arrived: Some(paths[paths.len() - 1].clone()),
+        }),
+        Ok(ev) => Some(WakeUp::Changed {
+            paths: ev.paths.clone(),
+            arrived: None,
+        }),
         // A watcher error may mean lost events too: rescan.
         Err(_) => Some(WakeUp::Rescan),
     }
@@ -363,13 +417,25 @@ mod tests {
             Some(WakeUp::Rescan)
         );
         assert_eq!(wake_of(&ev(EventKind::Access(AccessKind::Any))), None);
+        let changed = |paths: &[&str], arrived: Option<&str>| {
+            Some(WakeUp::Changed {
+                paths: paths.iter().map(PathBuf::from).collect(),
+                arrived: arrived.map(PathBuf::from),
+            })
+        };
         assert_eq!(
             wake_of(&ev(EventKind::Create(CreateKind::File))),
-            Some(WakeUp::Changed)
+            changed(&[], None)
+        );
+        assert_eq!(
+            wake_of(&Ok(notify::Event::new(EventKind::Create(CreateKind::File))
+                .add_path("/r/inputs/b".into()))),
+            changed(&["/r/inputs/b"], None),
+            "a file created names its path"
         );
         assert_eq!(
             wake_of(&ev(EventKind::Modify(ModifyKind::Name(RenameMode::To)))),
-            Some(WakeUp::Changed),
+            changed(&[], None),
             "a rename without its path"
         );
         let moved = |mode, paths: &[&str]| {
@@ -381,15 +447,15 @@ mod tests {
         };
         assert_eq!(
             moved(RenameMode::To, &["/r/inputs/a.yaml"]),
-            Some(WakeUp::Arrived("/r/inputs/a.yaml".into()))
+            changed(&["/r/inputs/a.yaml"], Some("/r/inputs/a.yaml"))
         );
         assert_eq!(
             moved(RenameMode::Both, &["/r/tmp/x", "/r/inputs/a.yaml"]),
-            Some(WakeUp::Arrived("/r/inputs/a.yaml".into()))
+            changed(&["/r/tmp/x", "/r/inputs/a.yaml"], Some("/r/inputs/a.yaml"))
         );
         assert_eq!(
             moved(RenameMode::From, &["/r/inputs/a.yaml"]),
-            Some(WakeUp::Changed),
+            changed(&["/r/inputs/a.yaml"], None),
             "a rename out is no arrival"
         );
     }

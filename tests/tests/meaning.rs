@@ -942,3 +942,129 @@ fn claims_by_link_says_how_a_claim_moves() {
         );
     }
 }
+
+/// What a change in `inputs/` means to a bridge's exporter (spec/bridge.md §3): a change
+/// `no_export_work` lets pass without a round must be one a round would take nothing for.
+/// Each file alone in a fresh mailbox, under each set of agents here: where the name says no
+/// work, `take` takes nothing; for a signal under a canonical name of a known type and a
+/// single consumer, the name decides exactly as `take` does; a broadcast and a file dropped
+/// under a name that says nothing are always looked at.
+#[test]
+fn the_name_of_a_change_tells_the_exporter_whether_a_round_may_take_it() {
+    use sigbox::{NewSignal, SignalType, Target};
+    let canonical = |ty: &str, target: &str| {
+        format!(
+            "signal.20261126T101500.000001Z.0123456789abcdef0123456789abcdef.{ty}.{target}.json"
+        )
+    };
+    let body = |name: &str, ty: &str, target: Option<&str>| {
+        let id = name.strip_suffix(".json").unwrap_or(name);
+        let mut v = serde_json::json!({"id": id, "type": ty, "timestamp": "2026-11-26T10:15:00.000001Z", "message": "m"});
+        if let Some(t) = target {
+            v["target"] = t.into();
+        }
+        serde_json::to_vec(&v).unwrap()
+    };
+    // (file name, its body, whether it must always be looked at)
+    let files: Vec<(String, Vec<u8>, bool)> = vec![
+        {
+            let n = canonical("STEER", "Executor");
+            let b = body(&n, "steer", Some("Executor"));
+            (n, b, false)
+        },
+        {
+            let n = canonical("STEER", "Planner");
+            let b = body(&n, "steer", Some("Planner"));
+            (n, b, false)
+        },
+        {
+            let n = canonical("APPROVE", "Executor");
+            let b = body(&n, "approve", Some("Executor"));
+            (n, b, false)
+        },
+        {
+            let n = canonical("INFO", "_");
+            let b = body(&n, "info", None);
+            (n, b, false)
+        },
+        {
+            let n = canonical("INFO", "ALL");
+            let b = body(&n, "info", Some("ALL"));
+            (n, b, true)
+        },
+        {
+            let n = canonical("TELEPORT", "Executor");
+            let b = body(&n, "teleport", Some("Executor"));
+            (n, b, false)
+        },
+        (
+            "dropped.json".to_string(),
+            br#"{"type": "steer", "target": "Planner", "message": "m"}"#.to_vec(),
+            true,
+        ),
+        (
+            "dropped-here.json".to_string(),
+            br#"{"type": "steer", "target": "Executor", "message": "m"}"#.to_vec(),
+            true,
+        ),
+        (
+            ".4242.0123456789abcdef.send.tmp".to_string(),
+            b"{".to_vec(),
+            false,
+        ),
+    ];
+    let heres: [&[&str]; 4] = [
+        &[],
+        &["Executor"],
+        &["Executor", "Orchestrator"],
+        &["Orchestrator"],
+    ];
+    let mut skipped = 0;
+    for (file, bytes, always) in &files {
+        for here_set in heres {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut o = MailboxOptions::new();
+            o.settle(Duration::ZERO);
+            let mb = o.init(tmp.path()).unwrap();
+            let inputs = tmp.path().join("inputs");
+            std::fs::write(inputs.join(file), bytes).unwrap();
+            let here = |a: &str| here_set.contains(&a);
+            let no_work = mb.bridge().no_export_work(&inputs.join(file), &here);
+            let mut seen = sigbox::BroadcastsSeen::default();
+            let taken = mb.bridge().take("h0", 64, &here, &mut seen).unwrap();
+            let what = format!("{file} with {here_set:?} here");
+            if *always {
+                assert!(!no_work, "{what}: must be looked at");
+            }
+            if no_work {
+                let ids: Vec<&str> = taken.iter().map(|o| o.id.as_str()).collect();
+                assert!(
+                    taken.is_empty(),
+                    "{what}: said no work, and a round took {ids:?}"
+                );
+                skipped += 1;
+            } else if !always && !file.starts_with('.') {
+                assert!(!taken.is_empty(), "{what}: looked at for nothing");
+            }
+        }
+    }
+    // The stage file and the unknown type under every set; the Executor's signal, and the
+    // orchestrator's two, under the two sets with their agent each.
+    assert_eq!(skipped, 4 + 4 + 2 + 2 + 2, "changes let pass");
+    // The directories themselves and what is not in inputs/ are always looked at.
+    let tmp = tempfile::tempdir().unwrap();
+    let mb = MailboxOptions::new().init(tmp.path()).unwrap();
+    let all = |_: &str| true;
+    mb.send(NewSignal::new(SignalType::Steer).target(Target::Agent("Executor".into())))
+        .unwrap();
+    for p in [
+        tmp.path().join("inputs"),
+        tmp.path()
+            .join("buffered")
+            .join("Executor")
+            .join(canonical("STEER", "Executor")),
+        tmp.path().join(canonical("STEER", "Executor")),
+    ] {
+        assert!(!mb.bridge().no_export_work(&p, &all), "{}", p.display());
+    }
+}

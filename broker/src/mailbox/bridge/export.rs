@@ -115,6 +115,34 @@ impl BridgeSide<'_> {
         Ok(out)
     }
 
+    /// True when a change at `path` (a filesystem event's) can give an export round nothing
+    /// to take: a staging file in `inputs/`, or a signal there under a canonical name whose
+    /// agent is `here` (its target, or the orchestrator for APPROVE, SKIP and no target) or
+    /// whose type no agent takes. A broadcast, a name that says nothing (a file dropped by
+    /// hand), anything in a buffer, and the directories themselves may: a round looks. The
+    /// name alone decides, as [`take`](Self::take) decides by the name for these files, so a
+    /// flood of signals for the agents here (an importer's) does not list `inputs/` again
+    /// at each (spec/bridge.md §3).
+    pub fn no_export_work(&self, path: &Path, here: &dyn Fn(&str) -> bool) -> bool {
+        if path.parent() != Some(self.mb.layout.inputs.as_path()) {
+            return false;
+        }
+        let Some(file) = path.file_name() else {
+            return false;
+        };
+        if own::is_stage_name(file) {
+            return true;
+        }
+        let Some(canon) = file.to_str().and_then(name::parse_canonical) else {
+            return false;
+        };
+        let Some(ty) = canon.signal_type() else {
+            return true;
+        };
+        let target = canon.target();
+        self.consumer_agent(ty, &target).is_some_and(here)
+    }
+
     /// Takes up to `max` pending signals that no agent here can take (spec/bridge.md):
     /// signals for an agent not `here`, and for the orchestrator (no target, APPROVE, SKIP)
     /// when it is not `here`, move into `bridge/outbox/` (a claim, durable); a
