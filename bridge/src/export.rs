@@ -155,42 +155,8 @@ pub(crate) async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize>
     if out.is_empty() {
         return done(1);
     }
-    let mut acks = Vec::with_capacity(out.len());
-    for o in &out {
-        let mut headers = HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, o.msg_id.as_str());
-        headers.insert(header::NAME, o.file_name.as_str());
-        headers.insert(header::HOST, b.host.as_str());
-        headers.insert(header::ID, o.id.as_str());
-        let subject = b.names.subject_for(o.signal_type, &o.target);
-        let ack = js
-            .publish_with_headers(subject, headers, o.body.clone().into())
-            .await
-            .map_err(|e| anyhow!("cannot publish {}: {e}", o.id))?;
-        acks.push(ack);
-    }
     let n = out.len();
-    let mut acked = Vec::with_capacity(n);
-    let mut failed = None;
-    for (o, ack) in out.into_iter().zip(acks) {
-        // Stop at the first that failed: it and those after it stay where they are and are
-        // published again (the stream drops the copies it already has, by id).
-        match ack.await {
-            Ok(ack) => {
-                if ack.duplicate {
-                    b.counts
-                        .duplicates_published
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                tracing::debug!(id = %o.id, seq = ack.sequence, duplicate = ack.duplicate, "exported");
-                acked.push(o);
-            }
-            Err(e) => {
-                failed = Some(anyhow!("no acknowledgement for {}: {e}", o.id));
-                break;
-            }
-        }
-    }
+    let (acked, failed) = publish_in_order(b, js, out).await;
     // An agent whose signals left this host is held back here from now on: should it come
     // here, it takes nothing before what went ahead of it (spec/bridge.md §5).
     let away: HashSet<String> = acked
@@ -214,4 +180,226 @@ pub(crate) async fn export_round(b: &Arc<Bridge>, js: &Context) -> Result<usize>
         Some(e) => Err(e),
         None => done(n),
     }
+}
+
+/// Publishes a round's signals, each stream's in their order, and returns those the server
+/// stored (in order) and the error that stopped the rest (spec/bridge.md §3). Each stream's
+/// share goes as atomic batches (JetStream's ADR-50: stored whole at its last message, or
+/// not at all) of at most [`BATCH_BYTES`], each sent once the one before it is stored, so
+/// that a connection lost in the middle of a round (a server restarted, a network lost) can
+/// never leave a later signal stored and an earlier one not:
+/// the client sends again, on the new connection, what it had not written yet, and a
+/// round's signals published one by one without waiting could be stored out of order. A
+/// server that takes no batches (before 2.12, or a stream made without `allow_atomic`), and
+/// a batch refused because the server has some of it already (a round published again after
+/// its acknowledgement was lost), are published one at a time instead, each after the
+/// server stored the one before: the stream drops what it has, by id.
+async fn publish_in_order(
+    b: &Bridge,
+    js: &Context,
+    out: Vec<Outgoing>,
+) -> (Vec<Outgoing>, Option<anyhow::Error>) {
+    let broadcast = b.names.broadcast_subject();
+    let (broadcasts, signals): (Vec<Outgoing>, Vec<Outgoing>) = out
+        .into_iter()
+        .partition(|o| b.names.subject_for(o.signal_type, &o.target) == broadcast);
+    let mut acked = Vec::new();
+    let mut failed = None;
+    for group in [signals, broadcasts] {
+        if group.is_empty() {
+            continue;
+        }
+        // Batches of at most BATCH_BYTES, one after the other: a batch is sent once the one
+        // before it is stored, so what is stored is always a prefix of the group.
+        let mut stored = 0;
+        let mut err = None;
+        while stored < group.len() && err.is_none() {
+            let mut end = stored + 1;
+            let mut bytes = group[stored].body.len();
+            while end < group.len() && bytes + group[end].body.len() <= BATCH_BYTES {
+                bytes += group[end].body.len();
+                end += 1;
+            }
+            let chunk = &group[stored..end];
+            match publish_batch(b, chunk).await {
+                Batch::Stored => stored = end,
+                Batch::Failed(e) => err = Some(e),
+                Batch::OneByOne { stored: first } => {
+                    let (n, e) = publish_one_by_one(b, js, &chunk[first..]).await;
+                    stored += first + n;
+                    err = e;
+                }
+            }
+        }
+        acked.extend(group.into_iter().take(stored));
+        if failed.is_none() {
+            failed = err;
+        }
+    }
+    (acked, failed)
+}
+
+/// The most bytes of signals one atomic batch carries: the server holds a batch in memory
+/// until its last message comes.
+const BATCH_BYTES: usize = 8 << 20;
+
+/// What became of an atomic batch.
+enum Batch {
+    /// The server stored it whole.
+    Stored,
+    /// Nothing of it was stored.
+    Failed(anyhow::Error),
+    /// It is to be published one by one from its `stored`th signal (the server stored those
+    /// before it as plain messages: one that takes no batches).
+    OneByOne { stored: usize },
+}
+
+/// The headers of a signal a bridge publishes.
+fn headers_of(b: &Bridge, o: &Outgoing) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(async_nats::header::NATS_MESSAGE_ID, o.msg_id.as_str());
+    headers.insert(header::NAME, o.file_name.as_str());
+    headers.insert(header::HOST, b.host.as_str());
+    headers.insert(header::ID, o.id.as_str());
+    headers
+}
+
+/// What a JetStream reply says: `Ok(None)` for the empty reply that acknowledges a batch's
+/// message, `Ok(Some(ack))` for a publish acknowledgement, `Err((code, text))` for an error.
+fn reply_of(payload: &[u8]) -> std::result::Result<Option<serde_json::Value>, (u64, String)> {
+    if payload.is_empty() {
+        return Ok(None);
+    }
+    let v: serde_json::Value = serde_json::from_slice(payload)
+        .map_err(|e| (0, format!("a reply that is not JSON ({e})")))?;
+    match v.get("error") {
+        Some(err) => Err((
+            err["err_code"].as_u64().unwrap_or(0),
+            err["description"]
+                .as_str()
+                .unwrap_or("no description")
+                .to_string(),
+        )),
+        None => Ok(Some(v)),
+    }
+}
+
+/// The server's error codes a batch can meet (JetStream's ADR-50).
+const ATOMIC_PUBLISH_DISABLED: u64 = 10174;
+const ATOMIC_PUBLISH_CONTAINS_DUPLICATE_MESSAGE: u64 = 10201;
+
+/// Publishes `group` (one stream's signals, in order) as one atomic batch: its first message
+/// as a request (the server answers that the batch began), the others without a reply, its
+/// last with the commit, whose acknowledgement says the batch is stored whole.
+async fn publish_batch(b: &Bridge, group: &[Outgoing]) -> Batch {
+    let Some(client) = b.client.get() else {
+        return Batch::OneByOne { stored: 0 };
+    };
+    if group.len() == 1 {
+        return Batch::OneByOne { stored: 0 };
+    }
+    // A unique id: the client's own unique token (a NUID) from a fresh inbox name.
+    let inbox = client.new_inbox();
+    let id = inbox.rsplit('.').next().unwrap_or(&inbox).to_string();
+    let n = group.len();
+    for (i, o) in group.iter().enumerate() {
+        let mut headers = headers_of(b, o);
+        headers.insert(async_nats::header::NATS_BATCH_ID, id.as_str());
+        headers.insert(
+            async_nats::header::NATS_BATCH_SEQUENCE,
+            (i + 1).to_string().as_str(),
+        );
+        let subject = b.names.subject_for(o.signal_type, &o.target);
+        if i == 0 || i + 1 == n {
+            if i + 1 == n {
+                headers.insert(
+                    async_nats::header::NATS_BATCH_COMMIT,
+                    async_nats::header::NATS_BATCH_COMMIT_FINAL,
+                );
+            }
+            let reply = match client
+                .request_with_headers(subject, headers, o.body.clone().into())
+                .await
+            {
+                Ok(m) => reply_of(&m.payload),
+                Err(e) => return Batch::Failed(anyhow!("cannot publish {}: {e}", o.id)),
+            };
+            match reply {
+                // The batch began.
+                Ok(None) if i == 0 => {}
+                // A server that knows no batches stored the first as a plain message.
+                Ok(Some(ack)) if i == 0 && ack.get("batch").is_none() => {
+                    tracing::info!("the server takes no atomic batches: publishing one by one");
+                    return Batch::OneByOne { stored: 1 };
+                }
+                Ok(Some(ack)) if i + 1 == n => {
+                    let count = ack["count"].as_u64();
+                    if count != Some(n as u64) {
+                        return Batch::Failed(anyhow!(
+                            "a batch of {n} acknowledged as {count:?} stored"
+                        ));
+                    }
+                    tracing::debug!(batch = %id, n, seq = ack["seq"].as_u64(), "exported a batch");
+                    return Batch::Stored;
+                }
+                Ok(_) => {
+                    return Batch::Failed(anyhow!(
+                        "an unexpected reply to message {} of a batch of {n}",
+                        i + 1
+                    ));
+                }
+                Err((ATOMIC_PUBLISH_DISABLED, _)) if i == 0 => {
+                    tracing::info!("the stream takes no atomic batches: publishing one by one");
+                    return Batch::OneByOne { stored: 0 };
+                }
+                Err((ATOMIC_PUBLISH_CONTAINS_DUPLICATE_MESSAGE, _)) => {
+                    // Some of it is in the stream already: one by one, the stream drops those.
+                    return Batch::OneByOne { stored: 0 };
+                }
+                Err((code, why)) => {
+                    return Batch::Failed(anyhow!(
+                        "a batch of {n} from {} refused: {why} ({code})",
+                        group[0].id
+                    ));
+                }
+            }
+        } else if let Err(e) = client
+            .publish_with_headers(subject, headers, o.body.clone().into())
+            .await
+        {
+            return Batch::Failed(anyhow!("cannot publish {}: {e}", o.id));
+        }
+    }
+    Batch::Failed(anyhow!("an empty batch"))
+}
+
+/// Publishes `group` one signal at a time, each once the server stored the one before;
+/// returns how many were stored, and the error that stopped the rest.
+async fn publish_one_by_one(
+    b: &Bridge,
+    js: &Context,
+    group: &[Outgoing],
+) -> (usize, Option<anyhow::Error>) {
+    for (i, o) in group.iter().enumerate() {
+        let subject = b.names.subject_for(o.signal_type, &o.target);
+        let ack = match js
+            .publish_with_headers(subject, headers_of(b, o), o.body.clone().into())
+            .await
+        {
+            Ok(f) => f.await,
+            Err(e) => return (i, Some(anyhow!("cannot publish {}: {e}", o.id))),
+        };
+        match ack {
+            Ok(ack) => {
+                if ack.duplicate {
+                    b.counts
+                        .duplicates_published
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::debug!(id = %o.id, seq = ack.sequence, duplicate = ack.duplicate, "exported");
+            }
+            Err(e) => return (i, Some(anyhow!("no acknowledgement for {}: {e}", o.id))),
+        }
+    }
+    (group.len(), None)
 }

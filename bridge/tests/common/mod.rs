@@ -270,3 +270,96 @@ impl Drop for Host {
         self.kill();
     }
 }
+
+/// A TCP proxy on loopback in front of a server, which loses one connection in the middle of
+/// what its client sends: once a connection has carried more than the bytes it is armed with
+/// ([`Proxy::cut_after`]), it forwards nothing more of what its client sends (the client's
+/// writes pile up in the kernel's buffers, then in the client), and a while later both sides
+/// are closed, dropping all of it. Once only: the client's next connection is forwarded in
+/// full, and what the client had not written by then it sends on it. A lost connection in the
+/// middle of a stream of publishes, as a server killed and restarted, or a lost network,
+/// makes it.
+pub struct Proxy {
+    pub port: u16,
+    /// The bytes a connection carries before it is cut (`u64::MAX`: never).
+    armed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Proxy {
+    /// Forwards a new port to `upstream` (a port on loopback).
+    pub fn start(upstream: u16) -> Proxy {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicU64::new(u64::MAX));
+        let cuts = Arc::new(AtomicU64::new(0));
+        let (armed2, cuts2) = (armed.clone(), cuts.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                // Server to client: as it comes.
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut &s2, &mut &c2);
+                    let _ = c2.shutdown(std::net::Shutdown::Both);
+                });
+                // Client to server, until the connection has carried what the proxy is armed
+                // with.
+                let (armed, cuts) = (armed2.clone(), cuts2.clone());
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let mut buf = vec![0u8; 16 * 1024];
+                    let mut carried = 0u64;
+                    while let Ok(k) = (&client).read(&mut buf) {
+                        if k == 0 {
+                            break;
+                        }
+                        carried += k as u64;
+                        let limit = armed.load(Ordering::SeqCst);
+                        if carried > limit
+                            && armed
+                                .compare_exchange(
+                                    limit,
+                                    u64::MAX,
+                                    Ordering::SeqCst,
+                                    Ordering::SeqCst,
+                                )
+                                .is_ok()
+                        {
+                            // Cut: nothing more goes through; what the client sends piles up,
+                            // then is dropped with the connection.
+                            std::thread::sleep(Duration::from_millis(1500));
+                            cuts.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        if (&server).write_all(&buf[..k]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    let _ = server.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Proxy { port, armed, cuts }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Cuts the first connection that has carried more than `bytes` from its client.
+    pub fn cut_after(&self, bytes: u64) {
+        self.armed.store(bytes, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many connections it cut.
+    pub fn cuts(&self) -> u64 {
+        self.cuts.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
