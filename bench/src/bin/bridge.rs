@@ -11,17 +11,22 @@
 //! spec/bridge.md §3, §4): the send (its file, its directory), the export's claim (the
 //! outbox, `inputs/`), the import (its file, `inputs/`), the agent's claim (its slot,
 //! `inputs/`); done bare on the same filesystem, beside the bare round trip, they are the
-//! latency's floor. A burst cannot end before its producer's durable sends (write, fsync,
-//! rename, fsync of the directory, one after another) and the receiving root's durable imports
-//! (each file fsynced before its JetStream ack; `inputs/` fsynced once per batch, or after
-//! each name where renames are not atomic, spec/bridge.md §4) are done: the burst's floor is
-//! the slower of those two done bare at once (the two roots share one disk here, as the
-//! bridges' work overlaps) and the bare JetStream burst. The targets keep the overhead the
-//! issue allowed over bare JetStream (half a bare round trip for the latency, two thirds of
-//! the bare burst's time for the throughput) on top of the floor: latency p50 at most
-//! `floor + 0.5 x bare`, throughput at least `bare / (floor + 0.67 x bare)` of the bare rate;
-//! with a floor equal to bare JetStream they are the issue's 1.5x and 0.6x, which they never
-//! go below. The latency's floor is measured in the same rounds as sigbox, interleaved; where
+//! latency's floor. A burst cannot end before the server has stored and handed over its
+//! messages (the bare burst's work), its producer's durable sends (write, fsync, rename, fsync
+//! of the directory, one after another) and the receiving root's durable imports (each file
+//! fsynced before its JetStream ack; `inputs/` fsynced once per batch, or after each name
+//! where renames are not atomic, spec/bridge.md §4) are done: the burst's floor is those three
+//! done bare and at once, as the hosts' work overlaps. The two roots and the server's store
+//! share one disk here and their syncs queue for it together, so the slower of the three
+//! alone is no floor: measured, the three at once take about twice as long as the slowest
+//! alone. The targets keep the overhead the issue allowed over bare JetStream (half a bare
+//! round trip for the latency, two thirds of the bare burst's time for the throughput) on top
+//! of the floor: latency p50 at most `floor + 0.5 x bare`, throughput at least
+//! `bare / (floor + 0.67 x bare)` of the bare rate; with a floor equal to bare JetStream (a
+//! contract that cost nothing) they are the issue's 1.5x and 0.6x. The latency target never
+//! goes below 1.5x; the throughput's floor is measured twice, before and after sigbox's
+//! burst, and the faster counts.
+//! The latency's floor is measured in the same rounds as sigbox, interleaved; where
 //! it comes out above sigbox's own figure (sigbox's processes overlap syncs the bare floor
 //! does one after another), sigbox's figure stands for the floor, so a slow floor never
 //! loosens the target.
@@ -207,10 +212,11 @@ fn main() {
     let t = Instant::now();
     rt.block_on(bare_burst(&js, &bare, burst));
     let bare_t = t.elapsed();
-    // The burst's floor: the producer's durable sends and the receiving root's durable
-    // imports, at once, as the two hosts' work overlaps (both roots share this disk here).
+    // The burst's floor: the same bare JetStream burst, the producer's durable sends and the
+    // receiving root's durable imports, all at once, as the hosts' work overlaps (both roots
+    // and the server's store share this disk here).
     let by_name = Mailbox::open(&roots[1]).unwrap().claims_by_link();
-    let floor_sends = || {
+    let floor_burst = || {
         let t = Instant::now();
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -219,12 +225,13 @@ fn main() {
                 }
             });
             s.spawn(|| syncs.imports(burst, by_name));
+            s.spawn(|| rt.block_on(bare_burst(&js, &bare, burst)));
         });
         let took = t.elapsed();
         syncs.clean();
         took
     };
-    let before = floor_sends();
+    let before = floor_burst();
     let t = Instant::now();
     for i in 0..burst {
         sender.send(&steer(i)).unwrap();
@@ -237,9 +244,8 @@ fn main() {
     let all_t = t.elapsed();
     // The floor once more after the burst (its bookkeeping settled): the faster of the two.
     std::thread::sleep(Duration::from_secs(1));
-    let sends_t = before.min(floor_sends());
+    let floor_t = before.min(floor_burst());
     let rate = |d: Duration| burst as f64 / d.as_secs_f64();
-    let floor_t = sends_t.max(bare_t);
     let x = rate(all_t) / rate(bare_t);
     let target = bare_t.as_secs_f64()
         / (floor_t.as_secs_f64() + bare_t.as_secs_f64() / 0.6 - bare_t.as_secs_f64());
@@ -259,8 +265,8 @@ fn main() {
         us(all_t),
     );
     println!(
-        "| the same, vs its floor: the slower of the bare burst and the syncs the contract makes on this disk, done bare ({}: the producer's {burst} durable sends, and at once the receiving root's {burst} durable imports, {}) | {:.0} /s | {:.0} signals/s | {:.2}x | |",
-        us(sends_t),
+        "| the same, vs its floor: the bare burst and the syncs the contract makes, done bare and at once on this disk ({}: the same JetStream burst, the producer's {burst} durable sends, and the receiving root's {burst} durable imports, {}) | {:.0} /s | {:.0} signals/s | {:.2}x | |",
+        us(floor_t),
         if by_name {
             "each name synced before the next: renames here are not atomic"
         } else {
