@@ -354,6 +354,11 @@ async fn publish_batch(b: &Bridge, group: &[Outgoing]) -> Batch {
                 }
                 Err((ATOMIC_PUBLISH_CONTAINS_DUPLICATE_MESSAGE, _)) => {
                     // Some of it is in the stream already: one by one, the stream drops those.
+                    tracing::info!(
+                        n,
+                        first = %group[0].id,
+                        "a batch holds signals the stream has already: publishing it one at a time"
+                    );
                     return Batch::OneByOne { stored: 0 };
                 }
                 Err((code, why)) => {

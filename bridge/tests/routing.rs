@@ -1014,3 +1014,124 @@ fn a_batch_a_killed_importer_took_comes_before_anything_after_it() {
     let got: Vec<usize> = taker.join().unwrap().into_iter().map(|t| t.0).collect();
     assert_eq!(got, (0..N).collect::<Vec<_>>(), "{}", h1.log());
 }
+
+/// A round whose atomic batch the server refuses because it holds some of its signals
+/// already (a round published again after its acknowledgement was lost; here one of its
+/// signals published beforehand, as the bridge would have) is published one signal at a
+/// time: the stream drops the copy, and the agent on the other host gets each signal once
+/// (spec/bridge.md §3).
+#[test]
+fn a_round_partly_in_the_stream_already_goes_one_by_one_and_each_signal_arrives_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "dups", &[]);
+    let m1 = h1.mailbox();
+    let _receiver = m1.presence("Receiver").unwrap();
+    eventually("h1's bridge is up", || h1.state()["ready"] == true);
+    let root0 = dir.path().join("h0");
+    let m0 = sigbox::MailboxOptions::new().init(&root0).unwrap();
+    let ids: Vec<String> = (0..6)
+        .map(|i| m0.send(&steer("Receiver", &format!("m{i}"))).unwrap())
+        .collect();
+    // The fourth, in the stream already under the id the bridge publishes it with.
+    let file = format!("{}.json", ids[3]);
+    let body = std::fs::read(root0.join("inputs").join(&file)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Nats-Msg-Id", ids[3].as_str());
+        h.insert("Sigbox-Name", file.as_str());
+        h.insert("Sigbox-Host", "h0");
+        h.insert("Sigbox-Id", ids[3].as_str());
+        js.publish_with_headers("sigbox.dups.to.Receiver", h, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    });
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "dups", &[]);
+    let mut got: Vec<String> = take(&m1, "Receiver", None, 6, Duration::from_secs(30))
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    // Anything more would be a duplicate.
+    thread::sleep(Duration::from_millis(1500));
+    got.extend(
+        m1.pass("Receiver", None)
+            .unwrap()
+            .delivered
+            .into_iter()
+            .map(|s| s.id),
+    );
+    m1.ack("Receiver").unwrap();
+    let log = h0.log();
+    assert!(
+        log.contains("publishing it one at a time"),
+        "the batch was not refused as partly stored: {log}"
+    );
+    let mut sorted = got.clone();
+    sorted.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(sorted, want, "lost or twice: {got:?}\n{log}");
+    // Those the bridge published, in the order sent.
+    let rest: Vec<&String> = got.iter().filter(|i| **i != ids[3]).collect();
+    let sent: Vec<&String> = ids.iter().filter(|i| **i != ids[3]).collect();
+    assert_eq!(rest, sent);
+    eventually("h0's outbox is empty", || {
+        h0.mailbox().bridge().counts().unwrap().0 == 0
+    });
+}
+
+/// A work stream that takes no atomic batches (made by hand, or by a server before 2.12) gets
+/// a round's signals one at a time: each once, in the order sent (spec/bridge.md §3).
+#[test]
+fn a_stream_without_atomic_batches_gets_each_signal_once_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "plain", &[]);
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "plain", &[]);
+    let m1 = h1.mailbox();
+    let _receiver = m1.presence("Receiver").unwrap();
+    eventually("the bridges are up", || {
+        h0.state()["ready"] == true && h1.state()["ready"] == true
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+        let mut s = js.get_stream("sigbox_plain").await.unwrap();
+        let mut config = s.info().await.unwrap().config.clone();
+        assert!(
+            config.allow_atomic_publish,
+            "the bridge made it without batches"
+        );
+        config.allow_atomic_publish = false;
+        js.update_stream(config).await.unwrap();
+    });
+    let m0 = h0.mailbox();
+    // Sent one after another as fast as they go: the rounds take several signals each.
+    let ids: Vec<String> = (0..40)
+        .map(|i| m0.send(&steer("Receiver", &format!("m{i}"))).unwrap())
+        .collect();
+    let got: Vec<String> = take(&m1, "Receiver", None, 40, Duration::from_secs(30))
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    thread::sleep(Duration::from_millis(1000));
+    let more = m1.pass("Receiver", None).unwrap().delivered;
+    m1.ack("Receiver").unwrap();
+    let log = h0.log();
+    assert!(more.is_empty(), "delivered twice: {more:?}");
+    assert_eq!(got, ids, "{log}");
+    assert!(
+        log.contains("the stream takes no atomic batches"),
+        "no round of several signals met the stream: {log}"
+    );
+}
