@@ -155,6 +155,11 @@ async fn export_round(b: &Arc<Bridge>, js: &Context, sent: &mut HashSet<String>)
 /// Imports every message of the asks stream, one at a time, in the order published: the other
 /// hosts' requests and outcomes, and the proposals for this host's requests.
 pub(crate) async fn asks_import_loop(b: Arc<Bridge>, js: Context) {
+    // Made before the first pull: a fresh server has no such stream yet, which is no error.
+    if let Err(e) = setup_asks(&b, &js).await {
+        b.counts
+            .error("cannot set up the asks stream", &format!("{e:#}"));
+    }
     while !b.stop.load(Ordering::Relaxed) {
         if let Err(e) = import_asks(&b, &js).await {
             b.counts

@@ -1135,3 +1135,21 @@ fn a_stream_without_atomic_batches_gets_each_signal_once_in_order() {
         "no round of several signals met the stream: {log}"
     );
 }
+
+/// A bridge started on a fresh server, with nothing wrong, says nothing is wrong: its state
+/// counts no error and names none, its log warns of nothing (a stream it makes itself is not
+/// missing).
+#[test]
+fn a_fresh_bridge_on_a_fresh_server_reports_no_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let h0 = Host::start(dir.path(), "h0", &server.url(), "fresh", &[]);
+    eventually("the bridge is up", || h0.state()["ready"] == true);
+    // Past the first retry of every task.
+    thread::sleep(Duration::from_millis(1500));
+    let state = h0.state();
+    let log = h0.log();
+    assert_eq!(state["errors"], 0, "{state}\n{log}");
+    assert!(state["last_error"].is_null(), "{state}");
+    assert!(!log.contains("WARN"), "{log}");
+}
