@@ -43,7 +43,17 @@ pub(crate) async fn import_loop(
         if stopped(&stop) {
             return;
         }
-        match import_from(
+        // The last pull of this consumer in this process, if any, has no request left on the
+        // server.
+        let ended = lock(&b.pulls_ended).get(&consumer).copied();
+        if let Some(ended) = ended {
+            let clear = ended + PULL_EXPIRES + Duration::from_millis(250);
+            tokio::time::sleep_until(clear.into()).await;
+            if stopped(&stop) {
+                return;
+            }
+        }
+        let pulled = import_from(
             &b,
             &js,
             &stream,
@@ -52,8 +62,9 @@ pub(crate) async fn import_loop(
             broadcasts,
             stop.clone(),
         )
-        .await
-        {
+        .await;
+        lock(&b.pulls_ended).insert(consumer.clone(), Instant::now());
+        match pulled {
             Ok(()) if stopped(&stop) => return,
             Ok(()) => {}
             Err(e) => {
@@ -78,6 +89,15 @@ pub(crate) const IMPORT_BATCH: usize = 128;
 
 /// Its consumer's `max_ack_pending`: room for the next batch to come while one is written.
 pub(crate) const IMPORT_PENDING: usize = 2 * IMPORT_BATCH;
+
+/// The longest a pull request of an importer lives on the server: the consumer's
+/// `max_expires`, and what each pull asks for. A pull that ended (an error, a connection made
+/// again, an importer stopped) may have left a request on the server, which can still be
+/// handed a message nobody reads any more: that message stays unacknowledged until
+/// `ack_wait` and comes again after later ones. So no new pull of a consumer begins before
+/// the last one's requests have expired; then whatever they were handed is pending, and the
+/// new pull waits for it before writing anything later (spec/bridge.md §4).
+pub(crate) const PULL_EXPIRES: Duration = Duration::from_secs(2);
 
 /// The messages of `subject` in `stream` through the durable consumer `consumer`: every one
 /// from the start, each acknowledged explicitly, one in flight at a time (so their order is
@@ -118,13 +138,15 @@ async fn durable(
         ack_wait: b.ack_wait,
         deliver_policy: DeliverPolicy::All,
         max_ack_pending,
+        max_expires: PULL_EXPIRES,
         ..Default::default()
     };
     let c: async_nats::jetstream::consumer::PullConsumer = stream
         .get_or_create_consumer(consumer, config.clone())
         .await
         .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;
-    if c.cached_info().config.max_ack_pending == max_ack_pending {
+    let had = &c.cached_info().config;
+    if had.max_ack_pending == max_ack_pending && had.max_expires == PULL_EXPIRES {
         return Ok(c);
     }
     match stream.create_consumer(config).await {
@@ -191,6 +213,8 @@ pub(crate) async fn import_from(
     let mut messages = c
         .stream()
         .max_messages_per_batch(IMPORT_BATCH)
+        .expires(PULL_EXPIRES)
+        .heartbeat(PULL_EXPIRES / 4)
         .messages()
         .await
         .map_err(|e| anyhow!("consumer {consumer}: {e}"))?;

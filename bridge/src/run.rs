@@ -99,6 +99,7 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         rounds_begun: AtomicU64::new(0),
         rounds_done: AtomicU64::new(0),
         imported_seq: Mutex::default(),
+        pulls_ended: Mutex::default(),
         handed_over: Mutex::default(),
         held: Mutex::new(held),
         arriving: Mutex::default(),

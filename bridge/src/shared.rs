@@ -117,6 +117,8 @@ pub(crate) struct Bridge {
     pub(crate) rounds_done: AtomicU64,
     /// Per consumer: the stream sequence of the last message acknowledged.
     pub(crate) imported_seq: Mutex<HashMap<String, u64>>,
+    /// Per consumer: when this process's last pull of it ended (`import::PULL_EXPIRES`).
+    pub(crate) pulls_ended: Mutex<HashMap<String, std::time::Instant>>,
     /// Per consumer: the latest hand-off mark its stream carried (spec/bridge.md §5).
     pub(crate) handed_over: Mutex<HashMap<String, u64>>,
     /// The agents whose signals are held back from them here (`bridge/hold/<agent>`).

@@ -230,8 +230,9 @@ fn assert_exact(o: &Outcome, hosts: &[Host]) {
     );
     assert!(
         o.out_of_order.is_empty(),
-        "out of order: {:?}",
-        &o.out_of_order[..o.out_of_order.len().min(10)]
+        "out of order: {:?}\n{}",
+        &o.out_of_order[..o.out_of_order.len().min(10)],
+        logs()
     );
     // Most signals crossed hosts (two agents of six on each host): the bridges carried them.
     let exported: usize = hosts
@@ -495,4 +496,127 @@ fn a_connection_lost_in_the_middle_of_an_export_round_reorders_nothing() {
         h0.log()
     );
     assert_eq!(got.len(), N);
+}
+
+/// The server SIGKILLed and restarted three times and both bridges SIGKILLed once, in the
+/// middle of three producers' bursts of large signals (150 KB: export rounds and import
+/// batches of many megabytes) to one agent on another host: each signal arrives once, each
+/// producer's in order. Pulls end often here (connections made again, a bridge restarted),
+/// and a pull that ended could leave a request on the server that was handed a message
+/// nobody read: it came again only after `ack_wait`, after later ones (spec/bridge.md §4).
+/// Without the wait for a pull's requests to expire, this test failed three runs of three
+/// (e.g. "P1 14 after 39").
+#[test]
+fn kills_during_bursts_of_large_signals_reorder_nothing() {
+    const PER: usize = 120;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let mut h0 = Host::start(dir.path(), "h0", &server.url(), "large", &[]);
+    let mut h1 = Host::start(dir.path(), "h1", &server.url(), "large", &[]);
+    let m0 = h0.mailbox();
+    let done = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let done = done.clone();
+        thread::spawn(move || {
+            let _present = m0.presence("Remote").unwrap();
+            let mut got: Vec<(usize, usize)> = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(150);
+            while Instant::now() < deadline
+                && !(got.len() >= 3 * PER && done.load(Ordering::SeqCst))
+            {
+                let pass = m0.pass("Remote", None).unwrap();
+                if pass.delivered.is_empty() {
+                    thread::sleep(Duration::from_millis(10));
+                }
+                for s in pass.delivered {
+                    let m = s.message.unwrap_or_default();
+                    got.push((m[1..2].parse().unwrap(), m[3..7].parse().unwrap()));
+                }
+            }
+            m0.ack("Remote").unwrap();
+            got
+        })
+    };
+    thread::sleep(Duration::from_millis(1500));
+    let pad = "x".repeat(150_000);
+    thread::scope(|s| {
+        for p in 0..3 {
+            let m1 = h1.mailbox();
+            let pad = &pad;
+            s.spawn(move || {
+                for i in 0..PER {
+                    let mut sig = NewSignal::new(SignalType::Steer);
+                    sig.target(Target::Agent("Remote".into()))
+                        .message(format!("P{p} {i:04} {pad}"));
+                    m1.send(&sig).unwrap();
+                }
+            });
+        }
+        let pause = |ms| thread::sleep(Duration::from_millis(ms));
+        pause(2000);
+        server.kill();
+        pause(800);
+        server.restart();
+        pause(2000);
+        server.kill();
+        pause(500);
+        server.restart();
+        pause(1500);
+        h1.kill();
+        pause(200);
+        h1.restart();
+        pause(1500);
+        server.kill();
+        pause(500);
+        server.restart();
+        pause(1500);
+        h0.kill();
+        pause(200);
+        h0.restart();
+    });
+    // Anything more than all of them would be a duplicate: a second's more passes.
+    let all_sent = Instant::now();
+    while h0.mailbox().pending().unwrap().len() + h1.mailbox().bridge().counts().unwrap().0 > 0
+        && all_sent.elapsed() < Duration::from_secs(60)
+    {
+        thread::sleep(Duration::from_millis(100));
+    }
+    thread::sleep(Duration::from_secs(1));
+    done.store(true, Ordering::SeqCst);
+    let got = receiver.join().unwrap();
+    let logs = || {
+        format!(
+            "--- h0 ---\n{}\n--- h1 ---\n{}",
+            tail(&h0.log(), 3000),
+            tail(&h1.log(), 3000)
+        )
+    };
+    let mut counts: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    for g in &got {
+        *counts.entry(*g).or_default() += 1;
+    }
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered twice: {twice:?}\n{}", logs());
+    assert_eq!(
+        counts.len(),
+        3 * PER,
+        "lost: got {} of {}\n{}",
+        counts.len(),
+        3 * PER,
+        logs()
+    );
+    let mut last: HashMap<usize, usize> = HashMap::new();
+    let mut out_of_order = Vec::new();
+    for (p, i) in &got {
+        if let Some(prev) = last.insert(*p, *i)
+            && prev > *i
+        {
+            out_of_order.push(format!("P{p} {i} after {prev}"));
+        }
+    }
+    assert!(
+        out_of_order.is_empty(),
+        "out of order: {out_of_order:?}\n{}",
+        logs()
+    );
 }
