@@ -966,37 +966,18 @@ fn the_name_of_a_change_tells_the_exporter_whether_a_round_may_take_it() {
         serde_json::to_vec(&v).unwrap()
     };
     // (file name, its body, whether it must always be looked at)
+    let signal = |ty: &str, target: &str, body_target: Option<&str>, always: bool| {
+        let n = canonical(ty, target);
+        let b = body(&n, &ty.to_lowercase(), body_target);
+        (n, b, always)
+    };
     let files: Vec<(String, Vec<u8>, bool)> = vec![
-        {
-            let n = canonical("STEER", "Executor");
-            let b = body(&n, "steer", Some("Executor"));
-            (n, b, false)
-        },
-        {
-            let n = canonical("STEER", "Planner");
-            let b = body(&n, "steer", Some("Planner"));
-            (n, b, false)
-        },
-        {
-            let n = canonical("APPROVE", "Executor");
-            let b = body(&n, "approve", Some("Executor"));
-            (n, b, false)
-        },
-        {
-            let n = canonical("INFO", "_");
-            let b = body(&n, "info", None);
-            (n, b, false)
-        },
-        {
-            let n = canonical("INFO", "ALL");
-            let b = body(&n, "info", Some("ALL"));
-            (n, b, true)
-        },
-        {
-            let n = canonical("TELEPORT", "Executor");
-            let b = body(&n, "teleport", Some("Executor"));
-            (n, b, false)
-        },
+        signal("STEER", "Executor", Some("Executor"), false),
+        signal("STEER", "Planner", Some("Planner"), false),
+        signal("APPROVE", "Executor", Some("Executor"), false),
+        signal("INFO", "_", None, false),
+        signal("INFO", "ALL", Some("ALL"), true),
+        signal("TELEPORT", "Executor", Some("Executor"), false),
         (
             "dropped.json".to_string(),
             br#"{"type": "steer", "target": "Planner", "message": "m"}"#.to_vec(),
