@@ -209,7 +209,9 @@ impl Mailbox {
         {
             self.io.sync_dir(dir)?;
         }
-        tracing::info!(file = %path.display(), "removed a second link a crash left");
+        // Left by a crash, or by a claim by link under way in another process (its link made,
+        // its source not removed yet): the one that stays was synced first.
+        tracing::info!(file = %path.display(), "removed a second link to a signal (left by a crash, or by a claim by link under way)");
         Ok(())
     }
 }
