@@ -47,10 +47,16 @@ pub(crate) async fn import_loop(
         // server.
         let ended = lock(&b.pulls_ended).get(&consumer).copied();
         if let Some(ended) = ended {
-            let clear = ended + PULL_EXPIRES + Duration::from_millis(250);
-            tokio::time::sleep_until(clear.into()).await;
-            if stopped(&stop) {
-                return;
+            let clear = tokio::time::sleep_until(
+                (ended + PULL_EXPIRES + Duration::from_millis(250)).into(),
+            );
+            match stop.clone() {
+                // An importer stopped meanwhile (its agent left) ends at once.
+                Some(mut s) => tokio::select! {
+                    _ = clear => {}
+                    _ = s.wait_for(|s| *s) => return,
+                },
+                None => clear.await,
             }
         }
         let pulled = import_from(

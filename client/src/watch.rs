@@ -118,10 +118,14 @@ impl DirWatch {
     }
 
     fn keep(&self, w: WakeUp) {
-        if let WakeUp::Changed {
-            arrived: Some(p), ..
-        } = w
-        {
+        if let WakeUp::Changed { arrived, .. } = w {
+            self.keep_arrival(arrived);
+        }
+    }
+
+    /// Keeps a path renamed in for [`DirWatch::take_arrivals`].
+    fn keep_arrival(&self, arrived: Option<PathBuf>) {
+        if let Some(p) = arrived {
             let mut a = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
             // Bounded: a flood of renames falls back to the settle window for the rest.
             if a.len() < 4096 {
@@ -163,10 +167,7 @@ impl DirWatch {
                 } else {
                     Woke::Changed(paths)
                 };
-                self.keep(WakeUp::Changed {
-                    paths: Vec::new(),
-                    arrived,
-                });
+                self.keep_arrival(arrived);
                 woke
             }
             Err(RecvTimeoutError::Timeout) => Woke::Timeout,
