@@ -1404,34 +1404,35 @@ fn a_timeout_too_long_to_represent_is_waited_as_for_ever() {
     let huge = "99999999999999999999h";
     std::fs::create_dir_all(dir.join("s/.signals")).unwrap();
     std::fs::create_dir_all(dir.join("wt/.goblin")).unwrap();
-    let waiting = |args: &[&str]| {
-        let child = env
-            .cmd(args)
+    let spawn = |args: &[&str]| {
+        env.cmd(args)
             .current_dir(&dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
-        let mut child = child;
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "{args:?} did not wait: {:?}",
-            child.wait_with_output()
-        );
-        child
+            .unwrap()
     };
-    let mux = waiting(&["mux", "check", "s", "--expected", "1", "--timeout", huge]);
-    let goblin = waiting(&[
-        "goblin",
-        "watch",
-        "--worktree",
-        "wt",
-        "--once",
-        "--timeout",
-        huge,
-    ]);
-    let wait = waiting(&["wait", "--as", "Executor", "--timeout", huge]);
+    // All three started at once, then given 1.5 s to return early.
+    let mut waiting = [
+        spawn(&["mux", "check", "s", "--expected", "1", "--timeout", huge]),
+        spawn(&[
+            "goblin",
+            "watch",
+            "--worktree",
+            "wt",
+            "--once",
+            "--timeout",
+            huge,
+        ]),
+        spawn(&["wait", "--as", "Executor", "--timeout", huge]),
+    ];
+    std::thread::sleep(Duration::from_millis(1500));
+    for (name, child) in ["mux", "goblin", "wait"].iter().zip(&mut waiting) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("{name} did not wait: it ended with {status}");
+        }
+    }
+    let [mux, goblin, wait] = waiting;
     env.cmd(&["mux", "signal", "s/build", "--status", "success"])
         .current_dir(&dir)
         .output()
