@@ -827,7 +827,6 @@ fn send_and_claim(tmp: &Path, durable: bool, dq: Option<&Dirq>, rows: &mut Vec<R
 /// across directories) beside their floor, and sigbox's claims by rename in the same run: a
 /// delivery (pass + acknowledgement) per signal, `per` signals per pass.
 fn link_claims(tmp: &Path, rows: &mut Vec<Row>) {
-    let body = br#"{"type":"INFO","target":"Executor","message":"m"}"#;
     for per in [1usize, 60] {
         let dir = tmp.join(format!("link{per}"));
         let open = |name: &str, link: bool| {
@@ -841,82 +840,58 @@ fn link_claims(tmp: &Path, rows: &mut Vec<Row>) {
             mb
         };
         let (by_link, by_rename) = (open("link", true), open("rename", false));
-        let fl = dir.join("floor");
-        for d in ["inputs", "claimed", "processed"] {
+        // One floor directory per side: the bare link+unlink, and the floor with the move
+        // aside and the record appended.
+        let floors = [dir.join("floor"), dir.join("floor-aside")];
+        for (fl, d) in floors
+            .iter()
+            .flat_map(|f| ["inputs", "claimed", "processed"].map(|d| (f, d)))
+        {
             fs::create_dir_all(fl.join(d)).unwrap();
         }
         let runs = if per == 1 { 100 } else { 15 };
         let mut k = 0usize;
-        // `aside`: each source is first moved aside beside its link, then removed, as §9.10
-        // has a claim by link do (a name used again meanwhile is never removed): one more
-        // directory operation per signal, the contract's own; and each claimed file is read,
-        // parsed and given its handling record, as every claim's is (§9.2), like the durable
-        // claim's floor with the record appended.
-        let mut floor = |aside: bool| {
-            median_with(
-                runs,
-                || {
+        // The four sides in turn, their order rotated each round, each round's signals sent
+        // (durably) before its claims are timed: 0 the floor, 1 the floor with the move aside,
+        // 2 sigbox's claim by link, 3 sigbox's claim by rename. Three rounds of warm-up.
+        let mut samples: [Vec<Duration>; 4] = Default::default();
+        for round in 0..runs + 3 {
+            for i in 0..4 {
+                let side = (round + i) % 4;
+                if side < 2 {
                     for _ in 0..per {
                         k += 1;
-                        let p = fl.join("inputs").join(sigbox_bench::floor_names(k).1);
+                        let p = floors[side]
+                            .join("inputs")
+                            .join(sigbox_bench::floor_names(k).1);
                         let mut f = File::create(&p).unwrap();
-                        f.write_all(body).unwrap();
+                        f.write_all(LINK_BODY).unwrap();
                         f.sync_data().unwrap();
                     }
-                    File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
-                },
-                |()| {
-                    let flight = fl.join("claimed");
-                    let names = paths_in(&fl.join("inputs"));
-                    let mut held = Vec::with_capacity(names.len());
-                    for src in &names {
-                        let dst = flight.join(src.file_name().unwrap());
-                        fs::hard_link(src, &dst).unwrap();
-                        held.push(dst);
-                    }
-                    File::open(&flight).unwrap().sync_all().unwrap();
-                    for (src, dst) in names.iter().zip(&held) {
-                        if aside {
-                            let twin = flight.join(".aside");
-                            fs::rename(src, &twin).unwrap();
-                            fs::remove_file(&twin).unwrap();
-                        } else {
-                            fs::remove_file(src).unwrap();
-                        }
-                        if aside {
-                            append_record(dst);
-                        } else {
-                            black_box(fs::read(dst).unwrap());
-                        }
-                    }
-                    File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
-                    for f in &held {
-                        fs::rename(f, fl.join("processed").join(f.file_name().unwrap())).unwrap();
-                    }
-                    File::open(fl.join("processed"))
+                    File::open(floors[side].join("inputs"))
                         .unwrap()
                         .sync_all()
                         .unwrap();
-                },
-            )
-        };
-        let (floor, floor_aside) = (floor(false), floor(true));
-        let sigbox = |mb: &Mailbox| {
-            median_with(
-                runs,
-                || {
+                } else {
+                    let mb = if side == 2 { &by_link } else { &by_rename };
                     for _ in 0..per {
                         mb.send(&to("Executor")).unwrap();
                     }
-                },
-                |()| {
+                }
+                let t = Instant::now();
+                if side < 2 {
+                    assert_eq!(floor_link_claim(&floors[side], side == 1), per);
+                } else {
+                    let mb = if side == 2 { &by_link } else { &by_rename };
                     assert_eq!(mb.pass("Executor", None).unwrap().delivered.len(), per);
                     assert_eq!(mb.ack("Executor").unwrap(), per);
-                },
-            )
-        };
-        let link = sigbox(&by_link);
-        let rename = sigbox(&by_rename);
+                }
+                if round >= 3 {
+                    samples[side].push(t.elapsed());
+                }
+            }
+        }
+        let [floor, floor_aside, link, rename] = samples.map(|v| Stats::of(v).p50);
         let each = |d: Duration| d / per as u32;
         if per > 1 {
             let r = link.as_secs_f64() / floor.as_secs_f64();
@@ -947,9 +922,49 @@ fn link_claims(tmp: &Path, rows: &mut Vec<Row>) {
                 "the floor with each source moved aside before its removal (§9.10) and each file's handling record appended (§9.2)",
                 Some(each(floor_aside)),
             )
-            .note("for filesystems whose rename is not atomic across directories (mailbox.md §9.10); a delivery = pass + acknowledgement; floor: list, link into flight, fsync it, unlink each source and read, fsync inputs/, rename into processed/, fsync it; sigbox also takes the rename lock and checks the link count, and moves each source aside and checks it before unlinking it (a name used again is never removed)"),
+            .note("for filesystems whose rename is not atomic across directories (mailbox.md §9.10); a delivery = pass + acknowledgement; floor: list, link into flight, fsync it, unlink each source and read, fsync inputs/, rename into processed/, fsync it; sigbox also takes the rename lock and checks the link count, and moves each source aside and checks it before unlinking it (a name used again is never removed); the four sides interleaved, their order rotated each pass"),
         );
     }
+}
+
+/// What the claim-by-link floors send: the same body as sigbox's signals carry.
+const LINK_BODY: &[u8] = br#"{"type":"INFO","target":"Executor","message":"m"}"#;
+
+/// The floor of a durable claim by link (spec/mailbox.md §9.10), in the plainest order: list
+/// `inputs/`, link each file into the in-flight directory, fsync it, remove each source (with
+/// `aside`: moved aside first, then removed, as §9.10 has a claim do, and the record appended
+/// to the claimed file; without: the file only read), fsync `inputs/`, rename each into
+/// `processed/`, fsync it. How many it claimed.
+fn floor_link_claim(fl: &Path, aside: bool) -> usize {
+    let flight = fl.join("claimed");
+    let names = paths_in(&fl.join("inputs"));
+    let mut held = Vec::with_capacity(names.len());
+    for src in &names {
+        let dst = flight.join(src.file_name().unwrap());
+        fs::hard_link(src, &dst).unwrap();
+        held.push(dst);
+    }
+    File::open(&flight).unwrap().sync_all().unwrap();
+    for (src, dst) in names.iter().zip(&held) {
+        if aside {
+            let twin = flight.join(".aside");
+            fs::rename(src, &twin).unwrap();
+            fs::remove_file(&twin).unwrap();
+            append_record(dst);
+        } else {
+            fs::remove_file(src).unwrap();
+            black_box(fs::read(dst).unwrap());
+        }
+    }
+    File::open(fl.join("inputs")).unwrap().sync_all().unwrap();
+    for f in &held {
+        fs::rename(f, fl.join("processed").join(f.file_name().unwrap())).unwrap();
+    }
+    File::open(fl.join("processed"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    names.len()
 }
 
 /// Reads a signal file, parses it and appends a handling record to it, as sigbox's claim does
