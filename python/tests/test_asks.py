@@ -138,7 +138,10 @@ def test_ctrl_c_while_asking_keeps_the_request_and_a_second_ask_reattaches(root)
         print("returned", flush=True)
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    # Ctrl-C raises KeyboardInterrupt in the child even where this test runs with SIGINT
+    # ignored (a background job): Python would keep it ignored.
+    ctrl_c = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    p = subprocess.Popen([sys.executable, "-c", ctrl_c + script], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "asking"
     end = time.monotonic() + 30
     while not open_requests(root) and time.monotonic() < end:

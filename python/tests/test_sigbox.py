@@ -20,6 +20,11 @@ from sigbox import Checkpoint, SignalType
 
 SIGBOX = os.environ["SIGBOX_BIN"]
 
+# A child's Ctrl-C raises KeyboardInterrupt, as in a terminal, even when this test runs where
+# SIGINT is ignored (a job a shell started in the background): Python keeps an ignored SIGINT
+# ignored, and the child would never see the signal the test sends.
+CTRL_C = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
 
 def cli(root, *args):
     out = subprocess.run([SIGBOX, "--root", str(root), *args], capture_output=True, text=True)
@@ -172,7 +177,7 @@ def test_keyboard_interrupt_during_wait_loses_nothing(root):
             sys.exit(0)
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", CTRL_C + script], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "waiting"
     time.sleep(0.5)
     sent = time.monotonic()
@@ -307,7 +312,7 @@ def test_targets_are_checked_as_the_cli_checks_them(root):
 
 
 def _child(root, body):
-    script = "import sys, time, signal, sigbox\n" + textwrap.dedent(body).format(root=root)
+    script = CTRL_C + "import sys, time, signal, sigbox\n" + textwrap.dedent(body).format(root=root)
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
 
 

@@ -36,6 +36,41 @@ pub(crate) fn signal_group(pgid: u32, sig: rustix::process::Signal) -> rustix::i
     rustix::process::kill_process_group(checked_pid(pgid), sig)
 }
 
+/// Whether this process ignores `sig` (its `SigIgn` in `/proc/self/status`): a disposition a
+/// child keeps across `exec`, as a job started in the background by a shell without job
+/// control ignores SIGINT and SIGQUIT. A program that leaves a signal to its default action
+/// then does not stop on it, and a test must not wait for that.
+pub(crate) fn ignored_here(sig: rustix::process::Signal) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .unwrap_or(0);
+    mask & (1 << (sig.as_raw() - 1)) != 0
+}
+
+/// Waits at most `limit` for `child` to end; kills it and fails, naming `what`, when it has
+/// not: a test never hangs on a process that did not stop.
+pub(crate) fn wait_at_most(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Whether the process `pid` still exists.
 pub(crate) fn alive(pid: u32) -> bool {
     rustix::process::test_kill_process(checked_pid(pid)).is_ok()
