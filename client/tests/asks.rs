@@ -165,7 +165,7 @@ fn a_stop_signal_while_waiting_keeps_the_request_for_the_next_ask() {
         let st = common::wait_at_most(
             &mut asker,
             Duration::from_secs(30),
-            &format!("ask after {sig:?}"),
+            &format!("ask after signal {}", sig.as_raw()),
         );
         assert!(!st.success());
         let l = run(&root, &["--json", "asks"]);

@@ -294,18 +294,11 @@ fn a_stop_signal_ends_a_poll_blocked_on_a_reader_that_does_not_read(signal: Sign
         std::thread::sleep(Duration::from_millis(20));
     }
     common::signal(child.id(), signal).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("{signal:?} did not end a poll blocked writing to a reader that does not read");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::wait_at_most(
+        &mut child,
+        Duration::from_secs(20),
+        &format!("{signal:?} did not end a poll blocked writing to a reader that does not read"),
+    );
     assert_eq!(status.signal(), Some(signal.as_raw()), "{status}");
     assert!(processed(&root).is_empty(), "acknowledged, never read");
     drop(reader);

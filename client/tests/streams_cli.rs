@@ -258,25 +258,6 @@ fn pilot_parse_summary_and_json() {
     );
 }
 
-/// Waits for `child`, failing the test if it is still running after `limit` (a hang guard,
-/// not a measurement).
-fn wait_or_fail(
-    child: &mut std::process::Child,
-    limit: std::time::Duration,
-) -> std::process::ExitStatus {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("still running after {limit:?}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn sigterm_to_tap_reaches_the_command_whose_last_signal_reaches_the_mailbox() {
     let dir = tempfile::tempdir().unwrap();
@@ -301,7 +282,7 @@ while :; do sleep 0.05; done
     out.read_line(&mut pid).unwrap();
     let pid = pid.trim().to_string();
     common::signal(child.id(), Signal::TERM).unwrap();
-    let status = wait_or_fail(&mut child, std::time::Duration::from_secs(20));
+    let status = common::wait_at_most(&mut child, std::time::Duration::from_secs(20), "tap");
     assert_eq!(status.code(), Some(0), "the command's own exit status");
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
@@ -339,7 +320,7 @@ fn a_background_grandchild_holding_the_output_does_not_keep_tap_alive() {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut pgid = String::new();
     out.read_line(&mut pgid).unwrap();
-    let status = wait_or_fail(&mut child, std::time::Duration::from_secs(30));
+    let status = common::wait_at_most(&mut child, std::time::Duration::from_secs(30), "tap");
     // The background sleep is in the command's process group: end it.
     let _ = common::signal_group(pgid.trim().parse().unwrap(), Signal::TERM);
     assert_eq!(status.code(), Some(0));
@@ -361,7 +342,7 @@ fn output_that_keeps_coming_after_the_command_exits_is_all_read() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let status = wait_or_fail(&mut child, std::time::Duration::from_secs(30));
+    let status = common::wait_at_most(&mut child, std::time::Duration::from_secs(30), "tap");
     assert_eq!(status.code(), Some(0));
     let ls = sigbox(&root, &["--json", "ls"]);
     let n = String::from_utf8(ls.stdout).unwrap().lines().count();
@@ -389,7 +370,7 @@ fn flux_result_refuses_a_fifo_instead_of_hanging() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let status = wait_or_fail(&mut child, std::time::Duration::from_secs(30));
+    let status = common::wait_at_most(&mut child, std::time::Duration::from_secs(30), "tap");
     assert_eq!(status.code(), Some(2));
     let mut err = String::new();
     child
