@@ -253,3 +253,101 @@ fn a_second_link_that_stays_is_refused_once_its_time_has_passed() {
         "type: STEER\ntarget: Executor\nmessage: secret\n"
     );
 }
+
+/// A claim by link that moved a signal into a buffer (the orchestrator's move, spec/mailbox.md
+/// §9.10) and was cut off after it moved the source aside, before it unlinked it, leaves two
+/// links to one file: the signal in the buffer and `.<pid>.<hex>.claim.tmp` beside it. Whatever
+/// rule the next reader claims by, by link or by rename (the root read on another filesystem,
+/// or with `SIGBOX_LINK_CLAIMS=0`), the signal is delivered once, first, unmarked; nothing is
+/// refused, and the leftover name goes. Claiming by rename, the reader once moved the file on
+/// into its slot without looking at its links, and then refused it as a hard link.
+#[test]
+fn a_claim_by_links_leftover_in_a_buffer_is_resolved_whatever_the_readers_rule() {
+    for rule in ["0", "1"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("signals");
+        let send = |ty: &str, msg: &str| {
+            let out = sigbox(&root, &["send", ty, msg, "--target", "Executor"])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            format!("{}.json", String::from_utf8(out.stdout).unwrap().trim())
+        };
+        assert!(sigbox(&root, &["init"]).status().unwrap().success());
+        let first = send("steer", "first");
+        send("info", "second");
+        // The state the crash left: linked into the buffer, the source moved aside beside it
+        // by a process that is gone.
+        let buffer = root.join("buffered").join("Executor");
+        std::fs::create_dir_all(&buffer).unwrap();
+        let mut gone = Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let twin = buffer.join(format!(".{}.0123456789abcdef.claim.tmp", gone.id()));
+        std::fs::hard_link(root.join("inputs").join(&first), buffer.join(&first)).unwrap();
+        std::fs::rename(root.join("inputs").join(&first), &twin).unwrap();
+
+        let out = sigbox(&root, &["--json", "poll", "--as", "Executor"])
+            .env("SIGBOX_LINK_CLAIMS", rule)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "rule {rule}: {out:?}");
+        let got: Vec<(String, u64)> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                let msg = v["message"].as_str().unwrap().to_string();
+                (msg, v["redelivery"].as_u64().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [("first".to_string(), 0), ("second".to_string(), 0)],
+            "rule {rule}: both, in the order sent, neither marked as delivered before"
+        );
+        assert_eq!(rejected(&root), Vec::<String>::new(), "rule {rule}");
+        assert!(!twin.exists(), "rule {rule}: the leftover name stays");
+        let again = sigbox(&root, &["poll", "--as", "Executor"])
+            .env("SIGBOX_LINK_CLAIMS", rule)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&again.stdout), "", "rule {rule}");
+    }
+}
+
+/// `gc` clears such a leftover in a buffer once its file has gone on (here, delivered and in
+/// `processed/`), and leaves a file that is there alone under such a name, and the signal.
+#[test]
+fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_only_that() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let out = sigbox(&root, &["send", "steer", "done", "--target", "Executor"])
+        .output()
+        .unwrap();
+    let name = format!("{}.json", String::from_utf8(out.stdout).unwrap().trim());
+    assert!(
+        sigbox(&root, &["poll", "--as", "Executor"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let record = root.join("processed").join(&name);
+    assert!(record.exists());
+    let buffer = root.join("buffered").join("Executor");
+    std::fs::create_dir_all(&buffer).unwrap();
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let linked = buffer.join(format!(".{}.0123456789abcdef.claim.tmp", gone.id()));
+    let alone = buffer.join(format!(".{}.fedcba9876543210.claim.tmp", gone.id()));
+    std::fs::hard_link(&record, &linked).unwrap();
+    std::fs::write(&alone, "type: INFO\nmessage: took the name\n").unwrap();
+    let out = sigbox(&root, &["gc", "--older-than", "0s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!linked.exists(), "the second link stays");
+    assert!(alone.exists(), "a file alone under that name was removed");
+    let st = std::fs::metadata(&record).expect("the record went");
+    assert_eq!(std::os::unix::fs::MetadataExt::nlink(&st), 1);
+}

@@ -369,3 +369,22 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A scratch directory for crash images: in `/dev/shm` when that is a writable tmpfs, else
+/// in the system's temporary directory. The images are made and checked through the model of
+/// the seam ([`Model`]), so the filesystem under them changes nothing a test checks (a claim's
+/// rule, by rename or by link, is forced by each test); on tmpfs making hundreds of thousands
+/// of files costs microseconds each, where a disk can take hundreds (ext4 without a journal
+/// skips the inodes it freed in the last minutes).
+pub fn image_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let on_tmpfs = rustix::fs::statfs(shm).is_ok_and(|st| st.f_type == 0x0102_1994);
+    if on_tmpfs
+        && let Ok(d) = tempfile::Builder::new()
+            .prefix("sigbox-crash")
+            .tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().unwrap()
+}

@@ -135,9 +135,13 @@ fn run_frozen(
     (handed, completed, rec, promised)
 }
 
-fn drain(root: &Path) -> (Handed, Vec<String>) {
+/// Every pending signal of the crash image at `root`, each agent's passes until one delivers
+/// nothing, claiming by link (`by_link`) or by rename: the rule of the filesystem, forced, so
+/// that what an image is checked with does not depend on where the test runs.
+fn drain(root: &Path, by_link: bool) -> (Handed, Vec<String>) {
     let mut o = opts();
-    o.durability(Durability::RelaxedNoFsync);
+    o.durability(Durability::RelaxedNoFsync)
+        .link_claims(by_link);
     let mb = o.open(root).unwrap();
     let mut got = Vec::new();
     let mut rejected = Vec::new();
@@ -230,8 +234,9 @@ fn check_image(
     promised: Option<&String>,
     check_broadcast_everyone: bool,
     count_lost: bool,
+    by_link: bool,
 ) -> usize {
-    let (after, rejected) = drain(crashed);
+    let (after, rejected) = drain(crashed, by_link);
     assert!(
         rejected.is_empty(),
         "{ctx}: a partial or invalid file was visible: {rejected:?}"
@@ -279,7 +284,7 @@ fn enumerate_with(
     check_broadcast_everyone: bool,
     mode: Mode,
 ) -> (usize, usize) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = sigbox_tests::crash::image_dir();
     let template = tmp.path().join("template");
     let b = base(&template);
     let before = prepare(&template, &b);
@@ -294,35 +299,47 @@ fn enumerate_with(
             model.apply(&o);
         }
         let crashed = tmp.path().join(format!("crashed{n}"));
-        model.durable(&crashed);
         states += 1;
         let ctx = format!("{label}: crash at effect {n} (completed: {completed}, {mode:?})");
-        check_image(
-            &ctx,
-            &crashed,
-            &b,
-            &before,
-            &handed,
-            promised.as_ref(),
-            check_broadcast_everyone,
-            false,
-        );
-        std::fs::remove_dir_all(&crashed).unwrap();
-        // Another process synced the directories every process writes (`inputs/` at each
-        // send, a buffer at each move into it) just before the crash.
-        synced_by_another(&model, &work).durable(&crashed);
-        lost += check_image(
-            &format!("{ctx}, shared directories synced by another process"),
-            &crashed,
-            &b,
-            &before,
-            &handed,
-            promised.as_ref(),
-            check_broadcast_everyone,
-            mode != Mode::Link,
-        );
+        // Each image is read by a process that claims by the crashed one's rule, and by one
+        // that claims by the other (the root read later on another filesystem, or with
+        // SIGBOX_LINK_CLAIMS set otherwise): either recovers it whole.
+        for by_link in readers(mode) {
+            let read = format!("read by {}", if by_link { "link" } else { "rename" });
+            model.durable(&crashed);
+            check_image(
+                &format!("{ctx}, {read}"),
+                &crashed,
+                &b,
+                &before,
+                &handed,
+                promised.as_ref(),
+                check_broadcast_everyone,
+                false,
+                by_link,
+            );
+            std::fs::remove_dir_all(&crashed).unwrap();
+            // Another process synced the directories every process writes (`inputs/` at
+            // each send, a buffer at each move into it) just before the crash.
+            synced_by_another(&model, &work).durable(&crashed);
+            let l = check_image(
+                &format!("{ctx}, shared directories synced by another process, {read}"),
+                &crashed,
+                &b,
+                &before,
+                &handed,
+                promised.as_ref(),
+                check_broadcast_everyone,
+                mode != Mode::Link,
+                by_link,
+            );
+            // Counted once, with the crashed process's own rule.
+            if by_link == (mode == Mode::Link) {
+                lost += l;
+            }
+            std::fs::remove_dir_all(&crashed).unwrap();
+        }
         std::fs::remove_dir_all(&work).unwrap();
-        std::fs::remove_dir_all(&crashed).unwrap();
         if completed {
             break;
         }
@@ -331,6 +348,13 @@ fn enumerate_with(
         "{label}: {states} crash states checked ({mode:?}), {lost} lost to another process's syncs"
     );
     (states, lost)
+}
+
+/// The rules, by link or by rename, that the readers of an image left by a process claiming
+/// in `mode` claim by: its own first, then the other.
+fn readers(mode: Mode) -> [bool; 2] {
+    let own = mode == Mode::Link;
+    [own, !own]
 }
 
 /// `model` with `inputs/` and the buffers of the mailbox at `work` synced, as another process
@@ -479,7 +503,13 @@ fn crash_during_finish() {
 
 #[test]
 fn crash_during_quarantine_and_gc() {
-    let tmp = tempfile::tempdir().unwrap();
+    for mode in [Mode::Rename, Mode::Link] {
+        quarantine_and_gc(mode);
+    }
+}
+
+fn quarantine_and_gc(mode: Mode) {
+    let tmp = sigbox_tests::crash::image_dir();
     let template = tmp.path().join("t");
     let mb = opts().init(&template).unwrap();
     let good = send(&mb, SignalType::Steer, agent("Executor"), "good");
@@ -492,7 +522,11 @@ fn crash_during_quarantine_and_gc() {
         copy_tree(&template, &work);
         let mut model = Model::snapshot(&work);
         let rec = Arc::new(Recorder::freezing_at(n));
-        let mb = opts().hook(rec.clone()).open(&work).unwrap();
+        let mb = opts()
+            .hook(rec.clone())
+            .link_claims(mode == Mode::Link)
+            .open(&work)
+            .unwrap();
         let mut handed = Vec::new();
         handed_of(&mb, mb.pass("Executor", None), "Executor", &mut handed);
         let _ = mb.gc(Duration::ZERO, 100);
@@ -520,7 +554,7 @@ fn crash_during_quarantine_and_gc() {
                 );
             }
         }
-        let (after, _) = drain(&crashed);
+        let (after, _) = drain(&crashed, mode == Mode::Link);
         let seen = check_deliveries(&format!("crash at {n}"), handed.iter().chain(&after));
         assert!(
             seen.contains(&("Executor".to_string(), good.clone())),
@@ -534,7 +568,7 @@ fn crash_during_quarantine_and_gc() {
             break;
         }
     }
-    eprintln!("quarantine + gc: {states} crash states checked");
+    eprintln!("quarantine + gc: {states} crash states checked ({mode:?})");
     assert!(states >= 8);
 }
 
@@ -608,7 +642,7 @@ fn enumerate_tree_shared(
     check: &dyn Fn(&Path, usize, bool),
     shared: bool,
 ) -> usize {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = sigbox_tests::crash::image_dir();
     let template = tmp.path().join("t");
     std::fs::create_dir_all(&template).unwrap();
     prepare(&template);
@@ -963,7 +997,7 @@ fn crash_executor_pass(
             whole && h.iter().all(|g| g.acked)
         },
         &|c, n, _| {
-            let (after, rejected) = drain(c);
+            let (after, rejected) = drain(c, mode == Mode::Link);
             assert!(rejected.is_empty(), "crash at {n}: {rejected:?}");
             let h = handed.lock().unwrap();
             let seen = check_deliveries(&format!("crash at {n}"), h.iter().chain(&after));
@@ -1134,7 +1168,7 @@ fn bridge_dir_stems(root: &Path, dir: &str) -> BTreeSet<String> {
 #[test]
 fn crash_during_a_bridge_export_and_import() {
     for mode in [Mode::Rename, Mode::Portable, Mode::Link] {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = sigbox_tests::crash::image_dir();
         let template = tmp.path().join("template");
         let b = base(&template);
         let import_id =
@@ -1174,21 +1208,27 @@ fn crash_during_a_bridge_export_and_import() {
                 model.apply(&o);
             }
             let crashed = tmp.path().join(format!("crashed{n}"));
-            model.durable(&crashed);
             states += 1;
             let ctx =
                 format!("bridge export: crash at effect {n} (completed: {completed}, {mode:?})");
-            check_bridge_image(&ctx, &crashed, &b, &published, imported, import_id);
-            if mode == Mode::Link {
-                // Another process synced inputs/ and the buffers just before the crash: by
-                // link, that loses nothing either (spec/mailbox.md §9.10).
+            for by_link in readers(mode) {
+                let read = format!("read by {}", if by_link { "link" } else { "rename" });
+                model.durable(&crashed);
+                let ctx = format!("{ctx}, {read}");
+                check_bridge_image(&ctx, &crashed, &b, &published, imported, import_id, by_link);
                 std::fs::remove_dir_all(&crashed).unwrap();
-                synced_by_another(&model, &work).durable(&crashed);
-                let ctx = format!("{ctx}, shared directories synced by another process");
-                check_bridge_image(&ctx, &crashed, &b, &published, imported, import_id);
+                if mode == Mode::Link {
+                    // Another process synced inputs/ and the buffers just before the crash: by
+                    // link, that loses nothing either (spec/mailbox.md §9.10).
+                    synced_by_another(&model, &work).durable(&crashed);
+                    let ctx = format!("{ctx}, shared directories synced by another process");
+                    check_bridge_image(
+                        &ctx, &crashed, &b, &published, imported, import_id, by_link,
+                    );
+                    std::fs::remove_dir_all(&crashed).unwrap();
+                }
             }
             std::fs::remove_dir_all(&work).unwrap();
-            std::fs::remove_dir_all(&crashed).unwrap();
             if completed {
                 assert!(imported, "{ctx}: the import did not happen");
                 break;
@@ -1207,10 +1247,11 @@ fn check_bridge_image(
     published: &BTreeSet<String>,
     imported: bool,
     import_id: &str,
+    by_link: bool,
 ) {
     let outbox = bridge_dir_stems(crashed, "outbox");
     let sent = bridge_dir_stems(crashed, "sent");
-    let (after, rejected) = drain(crashed);
+    let (after, rejected) = drain(crashed, by_link);
     assert!(rejected.is_empty(), "{ctx}: {rejected:?}");
     let seen = check_deliveries(ctx, after.iter());
     let delivered = |a: &str, id: &str| seen.contains(&(a.to_string(), id.to_string()));

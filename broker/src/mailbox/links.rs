@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::io::ReadOutcome;
 use crate::name;
 use crate::name::own;
-use crate::sys::EntryKind;
+use crate::sys::{EntryKind, Stamp};
 
 /// How a second link sigbox left was resolved.
 #[derive(Debug, PartialEq, Eq)]
@@ -83,6 +83,9 @@ impl Mailbox {
             if same(&twin)? {
                 return Ok(Some((twin, Resolved::There, here)));
             }
+        }
+        if let Some(twin) = self.upstream_twin(dir, name, &st)? {
+            return Ok(Some((twin, Resolved::There, here)));
         }
         // In processed/: an archive, or (an earlier version's) claim straight into processed/,
         // interrupted. Which, the link count does not say; dropping the processed/ link
@@ -199,6 +202,63 @@ impl Mailbox {
                     })
             })
             .map(|e| dir.join(e.name))
+            .collect())
+    }
+
+    /// The source a claim by link moved aside in the buffer `dir/name` came from, when it is
+    /// still a second link of the file (`st`, its stamp): the file reached its buffer (the
+    /// orchestrator's move, §9.10), a crash came before the source's unlink, and a process
+    /// that claims by rename (another filesystem's rule, or `SIGBOX_LINK_CLAIMS=0`) then moved
+    /// the file on without reading it, into a claim slot or the bridge's outbox.
+    fn upstream_twin(&self, dir: &Path, name: &OsStr, st: &Stamp) -> Result<Option<PathBuf>> {
+        for buffer in self.buffers_upstream(dir)? {
+            for twin in self.twins_beside(&buffer, name)? {
+                if self
+                    .io
+                    .stamp(&twin)?
+                    .is_some_and(|o| (o.dev, o.ino) == (st.dev, st.ino))
+                {
+                    return Ok(Some(twin));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// For a file just claimed by rename into `dest` (a slot, the bridge's outbox) and read
+    /// with a second link: removes [`upstream_twin`](Self::upstream_twin), once the claim's
+    /// own link is durable. True when it went.
+    pub(super) fn drop_upstream_twin(&self, dest: &Path, name: &OsStr) -> Result<bool> {
+        let (Some(dir), Some(st)) = (dest.parent(), self.io.stamp(dest)?) else {
+            return Ok(false);
+        };
+        let Some(twin) = self.upstream_twin(dir, name, &st)? else {
+            return Ok(false);
+        };
+        self.io.sync_dir(dir)?;
+        self.drop_link(&twin)?;
+        Ok(true)
+    }
+
+    /// The buffers a file in `dir` may have been moved out of by a rename, unread: for a claim
+    /// slot `claimed/<agent>/<n>/`, that agent's buffer; for the bridge's outbox, every buffer.
+    fn buffers_upstream(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        if dir == self.layout.outbox {
+            return Ok(self
+                .io
+                .list(&self.layout.buffered, true)?
+                .into_iter()
+                .filter(|e| e.kind == EntryKind::Dir)
+                .map(|e| self.layout.buffered.join(e.name))
+                .collect());
+        }
+        let agent = dir
+            .parent()
+            .filter(|a| a.parent() == Some(&*self.layout.claimed));
+        Ok(agent
+            .and_then(|a| a.file_name())
+            .map(|a| self.layout.buffered.join(a))
+            .into_iter()
             .collect())
     }
 

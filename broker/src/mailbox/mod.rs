@@ -353,8 +353,8 @@ impl Mailbox {
 
     /// Removes staging files older than `age` that crashed writers left, at most `limit` per
     /// call: everything in `tmp/`, and sigbox's own staging names (`.<pid>.<hex>.<hint>.tmp`)
-    /// in `inputs/`, `rejected/`, the ack directories, the claim slots and a bridge's
-    /// directories. A staging name whose writer (its pid) still runs on this host is never
+    /// in `inputs/`, `rejected/`, the ack directories, the buffers, the claim slots and a
+    /// bridge's directories. A staging name whose writer (its pid) still runs on this host is never
     /// removed, whatever its age: it is a write in progress (`spec/mailbox.md` §9.7). Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
     /// many inodes are freed (`spec/mailbox.md` §9.7): spread large clean-ups over time.
     pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
@@ -384,6 +384,13 @@ impl Mailbox {
         for e in self.io.list(&self.layout.acks, true)? {
             if e.kind == EntryKind::Dir {
                 dirs.push((self.layout.acks.join(&e.name), true));
+            }
+        }
+        // Buffers: a source a claim by link moved aside there (the orchestrator's move,
+        // spec/mailbox.md §9.10) whose file has gone on since.
+        for e in self.io.list(&self.layout.buffered, true)? {
+            if e.kind == EntryKind::Dir {
+                dirs.push((self.layout.buffered.join(&e.name), true));
             }
         }
         // Claim slots: a marker's rewrite staged there by a process that died.

@@ -89,9 +89,15 @@ impl Mailbox {
         // One read-write descriptor reads the file and then records in it; a file that cannot
         // be opened for writing is read without one (and left unannotated below).
         let (mut read, mut file) = self.read_claimed_signal(dest)?;
-        if let ReadOutcome::HardLinked(2) = read
-            && self.drop_processed_twin(dest, name)?
-        {
+        // Leftovers of an interrupted claim (§9.6, §9.10), one per pass of the loop: a claim
+        // straight into processed/, a source moved aside in the buffer it came from.
+        for _ in 0..2 {
+            let ReadOutcome::HardLinked(_) = read else {
+                break;
+            };
+            if !(self.drop_processed_twin(dest, name)? || self.drop_upstream_twin(dest, name)?) {
+                break;
+            }
             (read, file) = self.read_claimed_signal(dest)?;
         }
         let reason = match read {
