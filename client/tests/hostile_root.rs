@@ -111,8 +111,16 @@ fn plant(path: &Path, kind: Plant, victim: &Path) {
         )
         .unwrap(),
         Plant::Socket => {
-            // Bound and left: the socket file stays after the listener is dropped.
-            let _ = std::os::unix::net::UnixListener::bind(path).unwrap();
+            // Bound and left: the socket file stays after the listener is dropped. Bound
+            // through its directory's descriptor: a socket's address holds 108 bytes, which a
+            // temporary directory's path can outgrow.
+            let dir = std::fs::File::open(path.parent().unwrap()).unwrap();
+            let name = path.file_name().unwrap().to_str().unwrap();
+            let short = format!(
+                "/proc/self/fd/{}/{name}",
+                std::os::fd::AsRawFd::as_raw_fd(&dir)
+            );
+            let _ = std::os::unix::net::UnixListener::bind(short).unwrap();
         }
         Plant::File => std::fs::write(path, b"not a directory").unwrap(),
     }
