@@ -370,16 +370,19 @@ pub fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// A scratch directory for crash images: in `/dev/shm` when that is a writable tmpfs, else
-/// in the system's temporary directory. The images are made and checked through the model of
+/// A scratch directory for crash images: in `/dev/shm` when that is a writable tmpfs with
+/// 512 MiB free, else in the system's temporary directory. The images are made and checked through the model of
 /// the seam ([`Model`]), so the filesystem under them changes nothing a test checks (a claim's
 /// rule, by rename or by link, is forced by each test); on tmpfs making hundreds of thousands
 /// of files costs microseconds each, where a disk can take hundreds (ext4 without a journal
 /// skips the inodes it freed in the last minutes).
 pub fn image_dir() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
-    let on_tmpfs = rustix::fs::statfs(shm).is_ok_and(|st| st.f_type == 0x0102_1994);
-    if on_tmpfs
+    // tmpfs, with room for a test's images (a container's is often 64 MiB).
+    let roomy = rustix::fs::statfs(shm).is_ok_and(|st| {
+        st.f_type == 0x0102_1994 && st.f_bavail as u64 * st.f_bsize as u64 >= 512 << 20
+    });
+    if roomy
         && let Ok(d) = tempfile::Builder::new()
             .prefix("sigbox-crash")
             .tempdir_in(shm)

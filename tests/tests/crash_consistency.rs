@@ -660,6 +660,7 @@ fn enumerate_tree_shared(
         let crashed = tmp.path().join(format!("c{n}"));
         model.durable(&crashed);
         check(&crashed, n, ok);
+        std::fs::remove_dir_all(&crashed).unwrap();
         if shared {
             let mut other = model.clone();
             let mut dirs = vec![work.join("inputs")];
@@ -670,7 +671,9 @@ fn enumerate_tree_shared(
             let crashed = tmp.path().join(format!("s{n}"));
             other.durable(&crashed);
             check(&crashed, n, ok);
+            std::fs::remove_dir_all(&crashed).unwrap();
         }
+        std::fs::remove_dir_all(&work).unwrap();
         states += 1;
         if completed {
             break;
