@@ -284,8 +284,16 @@ pub(crate) async fn import_from(
                 }
             }
             let ready: Vec<(u64, jetstream::Message)> = if earlier.left > 0 {
-                let later = held.split_off(&earlier.last.saturating_add(1));
-                std::mem::replace(&mut held, later).into_iter().collect()
+                // All of them, or none yet: they come again in more than one go (those this
+                // process gave back at once, those a dead pull was handed after `ack_wait`),
+                // and not in the order of the stream. One written before an earlier one had
+                // come would be delivered before it.
+                if held.range(..=earlier.last).count() < earlier.left {
+                    Vec::new()
+                } else {
+                    let later = held.split_off(&earlier.last.saturating_add(1));
+                    std::mem::replace(&mut held, later).into_iter().collect()
+                }
             } else {
                 std::mem::take(&mut held).into_iter().collect()
             };

@@ -1153,3 +1153,94 @@ fn a_fresh_bridge_on_a_fresh_server_reports_no_error() {
     assert!(state["last_error"].is_null(), "{state}");
     assert!(!log.contains("WARN"), "{log}");
 }
+
+/// Messages an earlier pull left unacknowledged come again in more than one go and not in the
+/// order of the stream: those given back at once first (a bridge gives back what it held when
+/// its connection is made again), those a lost pull was handed only after `ack_wait`. The
+/// importer writes none of them before it has them all (spec/bridge.md §4). Here another
+/// client holds ten signals unacknowledged while the bridge starts, then gives back the last
+/// five at once and the first five a second later: the agent gets the ten in the order sent.
+/// Before, the importer wrote the last five as soon as they came, and the agent got them first.
+#[test]
+fn messages_that_come_again_out_of_order_are_written_in_order() {
+    use futures::StreamExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let mut h1 = Host::start(dir.path(), "h1", &server.url(), "again", &[]);
+    let m1 = h1.mailbox();
+    let _receiver = m1.presence("Receiver").unwrap();
+    eventually("h1's importer for the Receiver started", || {
+        h1.log().contains("consumer=to-Receiver")
+    });
+    assert!(h1.stop().is_some_and(|s| s.success()));
+    // Ten signals in the stream, from another host's mailbox, as its bridge publishes them.
+    let root0 = dir.path().join("h0");
+    let m0 = sigbox::MailboxOptions::new().init(&root0).unwrap();
+    let ids: Vec<String> = (0..10)
+        .map(|i| m0.send(&steer("Receiver", &format!("m{i}"))).unwrap())
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (js, held) = rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+        for id in &ids {
+            let file = format!("{id}.json");
+            let body = std::fs::read(root0.join("inputs").join(&file)).unwrap();
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Nats-Msg-Id", id.as_str());
+            h.insert("Sigbox-Name", file.as_str());
+            h.insert("Sigbox-Host", "h0");
+            h.insert("Sigbox-Id", id.as_str());
+            js.publish_with_headers("sigbox.again.to.Receiver", h, body.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+        // Taken, and not acknowledged.
+        let consumer: async_nats::jetstream::consumer::PullConsumer = js
+            .get_stream("sigbox_again")
+            .await
+            .unwrap()
+            .get_consumer("to-Receiver")
+            .await
+            .unwrap();
+        let mut batch = consumer.fetch().max_messages(10).messages().await.unwrap();
+        let mut held = Vec::new();
+        while let Some(m) = batch.next().await {
+            held.push(m.unwrap());
+        }
+        (js, held)
+    });
+    assert_eq!(held.len(), 10);
+    h1.restart();
+    // Kept unacknowledged (ack_wait is 2 s) until the bridge's importer has begun, and sees
+    // them pending.
+    let began = Instant::now();
+    while !h1.log().contains("consumer=to-Receiver pending=10 last=10") {
+        assert!(began.elapsed() < Duration::from_secs(30), "{}", h1.log());
+        rt.block_on(async {
+            for m in &held {
+                m.ack_with(async_nats::jetstream::AckKind::Progress)
+                    .await
+                    .unwrap();
+            }
+        });
+        thread::sleep(Duration::from_millis(300));
+    }
+    rt.block_on(async {
+        for (i, m) in held.iter().enumerate() {
+            let delay = (i < 5).then_some(Duration::from_secs(1));
+            m.ack_with(async_nats::jetstream::AckKind::Nak(delay))
+                .await
+                .unwrap();
+        }
+        // A request on the same connection: the server has the NAKs when it answers.
+        js.get_stream("sigbox_again").await.unwrap();
+    });
+    let got = take(&m1, "Receiver", None, 10, Duration::from_secs(30));
+    let want: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    assert_eq!(messages(&got), want, "{}", h1.log());
+}
