@@ -380,7 +380,7 @@ pub fn image_dir() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     // tmpfs, with room for a test's images (a container's is often 64 MiB).
     let roomy = rustix::fs::statfs(shm).is_ok_and(|st| {
-        st.f_type == 0x0102_1994 && st.f_bavail as u64 * st.f_bsize as u64 >= 512 << 20
+        st.f_type == 0x0102_1994 && st.f_bavail.saturating_mul(st.f_bsize as _) >= 512 << 20
     });
     if roomy
         && let Ok(d) = tempfile::Builder::new()
