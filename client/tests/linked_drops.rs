@@ -316,9 +316,10 @@ fn a_claim_by_links_leftover_in_a_buffer_is_resolved_whatever_the_readers_rule()
 }
 
 /// `gc` clears such a leftover in a buffer once its file has gone on (here, delivered and in
-/// `processed/`), and leaves a file that is there alone under such a name, and the signal.
+/// `processed/`); a file alone under such a name (one that took a claimed name, whose claimer
+/// died before it put it back) is quarantined, kept whole, where a person sees it.
 #[test]
-fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_only_that() {
+fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_quarantines_one_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("signals");
     assert!(sigbox(&root, &["init"]).status().unwrap().success());
@@ -347,7 +348,20 @@ fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_only_that() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(!linked.exists(), "the second link stays");
-    assert!(alone.exists(), "a file alone under that name was removed");
+    assert!(!alone.exists(), "a file alone under that name stays hidden");
+    let refused = rejected(&root);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("took the name of the file being claimed"),
+        "{refused:?}"
+    );
+    let kept: Vec<String> = std::fs::read_dir(root.join("rejected"))
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().ends_with(".reason.json"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert_eq!(kept, ["type: INFO\nmessage: took the name\n"]);
     let st = std::fs::metadata(&record).expect("the record went");
     assert_eq!(std::os::unix::fs::MetadataExt::nlink(&st), 1);
 }

@@ -387,7 +387,7 @@ impl Mailbox {
             }
         }
         // Buffers: a source a claim by link moved aside there (the orchestrator's move,
-        // spec/mailbox.md §9.10) whose file has gone on since.
+        // spec/mailbox.md §9.10) whose file has gone on since, or alone (quarantined).
         for e in self.io.list(&self.layout.buffered, true)? {
             if e.kind == EntryKind::Dir {
                 dirs.push((self.layout.buffered.join(&e.name), true));
@@ -425,6 +425,14 @@ impl Mailbox {
                 // A source a claim by link moved aside (§9.10) goes only as a second link: alone,
                 // it is a file that took a claimed name, quarantined by the slot's next owner.
                 let twin = own::is_claim_twin(&e.name);
+                // In a buffer no owner comes for it: alone, it is quarantined here, kept whole.
+                if twin && dir.parent() == Some(self.layout.buffered.as_path()) {
+                    if stale(&p)? {
+                        self.clear_claim_twin(&dir, &e.name, "gc")?;
+                        here += usize::from(self.io.stamp(&p)?.is_none());
+                    }
+                    continue;
+                }
                 if stale(&p)?
                     && if twin {
                         self.io.remove_second_link(&p)?

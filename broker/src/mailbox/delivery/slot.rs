@@ -148,7 +148,12 @@ impl Mailbox {
     /// crash brought it back, §9.10): a second link to a file that is elsewhere now goes; a
     /// file with no other name took the source's name before the claim moved it aside, and
     /// its name is lost with the claimer: it is quarantined, kept whole.
-    pub(super) fn clear_claim_twin(&self, dir: &Path, twin: &OsStr, agent: &str) -> Result<()> {
+    pub(in crate::mailbox) fn clear_claim_twin(
+        &self,
+        dir: &Path,
+        twin: &OsStr,
+        agent: &str,
+    ) -> Result<()> {
         let path = dir.join(twin);
         match self.io.stamp(&path)? {
             Some(st) if st.nlink >= 2 => {
