@@ -979,20 +979,8 @@ fn a_batch_a_killed_importer_took_comes_before_anything_after_it() {
         .build()
         .unwrap();
     rt.block_on(async {
-        use futures::StreamExt as _;
         let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
-        let c: async_nats::jetstream::consumer::PullConsumer = js
-            .get_stream("sigbox_taken")
-            .await
-            .unwrap()
-            .get_consumer("to-Taker")
-            .await
-            .unwrap();
-        let mut batch = c.fetch().max_messages(40).messages().await.unwrap();
-        let mut took = Vec::new();
-        while let Some(m) = batch.next().await {
-            took.push(m.unwrap());
-        }
+        let took = take_unacknowledged(&js, "sigbox_taken", "to-Taker", 40).await;
         assert_eq!(took.len(), 40, "the first batch, taken");
         // The bridge starts again while the batch is still out (kept so, as a slow importer
         // would, until the new importer has run a second): then it is dropped.
@@ -1163,7 +1151,6 @@ fn a_fresh_bridge_on_a_fresh_server_reports_no_error() {
 /// Before, the importer wrote the last five as soon as they came, and the agent got them first.
 #[test]
 fn messages_that_come_again_out_of_order_are_written_in_order() {
-    use futures::StreamExt as _;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let mut h1 = Host::start(dir.path(), "h1", &server.url(), "again", &[]);
@@ -1199,19 +1186,7 @@ fn messages_that_come_again_out_of_order_are_written_in_order() {
                 .await
                 .unwrap();
         }
-        // Taken, and not acknowledged.
-        let consumer: async_nats::jetstream::consumer::PullConsumer = js
-            .get_stream("sigbox_again")
-            .await
-            .unwrap()
-            .get_consumer("to-Receiver")
-            .await
-            .unwrap();
-        let mut batch = consumer.fetch().max_messages(10).messages().await.unwrap();
-        let mut held = Vec::new();
-        while let Some(m) = batch.next().await {
-            held.push(m.unwrap());
-        }
+        let held = take_unacknowledged(&js, "sigbox_again", "to-Receiver", 10).await;
         (js, held)
     });
     assert_eq!(held.len(), 10);
@@ -1243,4 +1218,28 @@ fn messages_that_come_again_out_of_order_are_written_in_order() {
     let got = take(&m1, "Receiver", None, 10, Duration::from_secs(30));
     let want: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
     assert_eq!(messages(&got), want, "{}", h1.log());
+}
+
+/// Up to `n` messages of the durable consumer `consumer` of `stream`, taken as another client
+/// would and not acknowledged: pending on the server until `ack_wait`.
+async fn take_unacknowledged(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    consumer: &str,
+    n: usize,
+) -> Vec<async_nats::jetstream::Message> {
+    use futures::StreamExt as _;
+    let c: async_nats::jetstream::consumer::PullConsumer = js
+        .get_stream(stream)
+        .await
+        .unwrap()
+        .get_consumer(consumer)
+        .await
+        .unwrap();
+    let mut batch = c.fetch().max_messages(n).messages().await.unwrap();
+    let mut took = Vec::new();
+    while let Some(m) = batch.next().await {
+        took.push(m.unwrap());
+    }
+    took
 }

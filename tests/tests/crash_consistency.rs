@@ -306,32 +306,28 @@ fn enumerate_with(
         // SIGBOX_LINK_CLAIMS set otherwise): either recovers it whole.
         for by_link in readers(mode) {
             let read = format!("read by {}", if by_link { "link" } else { "rename" });
+            let check = |what: &str, count_lost| {
+                check_image(
+                    &format!("{ctx}, {what}{read}"),
+                    &crashed,
+                    &b,
+                    &before,
+                    &handed,
+                    promised.as_ref(),
+                    check_broadcast_everyone,
+                    count_lost,
+                    by_link,
+                )
+            };
             model.durable(&crashed);
-            check_image(
-                &format!("{ctx}, {read}"),
-                &crashed,
-                &b,
-                &before,
-                &handed,
-                promised.as_ref(),
-                check_broadcast_everyone,
-                false,
-                by_link,
-            );
+            check("", false);
             std::fs::remove_dir_all(&crashed).unwrap();
             // Another process synced the directories every process writes (`inputs/` at
             // each send, a buffer at each move into it) just before the crash.
             synced_by_another(&model, &work).durable(&crashed);
-            let l = check_image(
-                &format!("{ctx}, shared directories synced by another process, {read}"),
-                &crashed,
-                &b,
-                &before,
-                &handed,
-                promised.as_ref(),
-                check_broadcast_everyone,
+            let l = check(
+                "shared directories synced by another process, ",
                 mode != Mode::Link,
-                by_link,
             );
             // Counted once, with the crashed process's own rule.
             if by_link == (mode == Mode::Link) {
