@@ -365,3 +365,64 @@ fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_quarantines_one_alone() {
     let st = std::fs::metadata(&record).expect("the record went");
     assert_eq!(std::os::unix::fs::MetadataExt::nlink(&st), 1);
 }
+
+/// The same leftover, after a consumer claimed the signal from the buffer into its slot by
+/// rename and was killed before handing it over: the next pass, by either rule, takes over
+/// the slot, removes the leftover, and delivers the signal first, marked as delivered again,
+/// then the later ones. Before, it was held back for the hard-link rule's time and came
+/// passes later, after the later ones.
+#[test]
+fn a_dead_consumers_claim_with_a_leftover_in_its_buffer_comes_first() {
+    for rule in ["0", "1"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("signals");
+        let send = |msg: &str| {
+            let out = sigbox(&root, &["send", "steer", msg, "--target", "Executor"])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            format!("{}.json", String::from_utf8(out.stdout).unwrap().trim())
+        };
+        assert!(sigbox(&root, &["init"]).status().unwrap().success());
+        let first = send("m1");
+        send("m2");
+        send("m3");
+        let buffer = root.join("buffered").join("Executor");
+        let slot = root.join("claimed").join("Executor").join("0");
+        std::fs::create_dir_all(&buffer).unwrap();
+        std::fs::create_dir_all(&slot).unwrap();
+        let mut gone = Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let twin = buffer.join(format!(".{}.0123456789abcdef.claim.tmp", gone.id()));
+        std::fs::hard_link(root.join("inputs").join(&first), buffer.join(&first)).unwrap();
+        std::fs::rename(root.join("inputs").join(&first), &twin).unwrap();
+        // Claimed into a slot, by a consumer that died there.
+        std::fs::rename(buffer.join(&first), slot.join(&first)).unwrap();
+
+        let out = sigbox(&root, &["--json", "poll", "--as", "Executor"])
+            .env("SIGBOX_LINK_CLAIMS", rule)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "rule {rule}: {out:?}");
+        let got: Vec<(String, u64)> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                let msg = v["message"].as_str().unwrap().to_string();
+                (msg, v["redelivery"].as_u64().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("m1".to_string(), 1),
+                ("m2".to_string(), 0),
+                ("m3".to_string(), 0)
+            ],
+            "rule {rule}"
+        );
+        assert_eq!(rejected(&root), Vec::<String>::new(), "rule {rule}");
+        assert!(!twin.exists(), "rule {rule}: the leftover name stays");
+    }
+}

@@ -142,6 +142,10 @@ impl Mailbox {
     /// acknowledgement was made).
     pub(super) fn resolve_twin(&self, agent: &str, dir: &Path, name: &OsStr) -> Result<bool> {
         let path = dir.join(name);
+        // The source a claim by link moved aside in the buffer this claim came from
+        // (spec/mailbox.md §9.10, "Read by the other rule"): that name goes, and the claim
+        // stays, to be delivered again now.
+        self.drop_upstream_twin(&path, name)?;
         for other in [
             &self.layout.inputs,
             &self.layout.buffer_dir(agent),
