@@ -426,3 +426,61 @@ fn a_dead_consumers_claim_with_a_leftover_in_its_buffer_comes_first() {
         assert!(!twin.exists(), "rule {rule}: the leftover name stays");
     }
 }
+
+/// Two consumers of one agent at the same moment, one claiming by link and one by rename
+/// (`SIGBOX_LINK_CLAIMS` set differently for each): a file both took has a link in each one's
+/// slot. The first to resolve it yields its link and the other delivers it, in the same
+/// pass: every signal once, none marked, nothing refused, nothing left for a later pass.
+/// Before, each yielded or waited: up to nine in ten stayed in the slots, and a later pass
+/// refused them as hard links.
+#[test]
+fn consumers_claiming_by_link_and_by_rename_at_once_deliver_each_signal_once() {
+    for round in 0..3 {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("signals");
+        assert!(sigbox(&root, &["init"]).status().unwrap().success());
+        let n = 100;
+        let script = format!(
+            "for i in $(seq 1 {n}); do {BIN} send steer m$i --target Executor >/dev/null || exit 1; done"
+        );
+        let sent = Command::new("bash")
+            .args(["-c", &script])
+            .env("SIGBOX_ROOT", &root)
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let polls: Vec<Child> = ["0", "1"]
+            .iter()
+            .map(|rule| {
+                sigbox(&root, &["--json", "poll", "--as", "Executor"])
+                    .env("SIGBOX_LINK_CLAIMS", rule)
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut got: Vec<(String, u64)> = Vec::new();
+        for p in polls {
+            let out = p.wait_with_output().unwrap();
+            assert!(out.status.success(), "round {round}: {out:?}");
+            for l in String::from_utf8(out.stdout).unwrap().lines() {
+                let v: Value = serde_json::from_str(l).unwrap();
+                got.push((
+                    v["message"].as_str().unwrap().to_string(),
+                    v["redelivery"].as_u64().unwrap(),
+                ));
+            }
+        }
+        let mut once: Vec<&str> = got.iter().map(|(m, _)| m.as_str()).collect();
+        once.sort_unstable();
+        once.dedup();
+        assert_eq!(once.len(), got.len(), "round {round}: delivered twice");
+        assert_eq!(got.len(), n, "round {round}: not all delivered at once");
+        assert!(got.iter().all(|(_, r)| *r == 0), "round {round}: marked");
+        assert_eq!(rejected(&root), Vec::<String>::new(), "round {round}");
+        let again = sigbox(&root, &["poll", "--as", "Executor"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&again.stdout), "", "round {round}");
+    }
+}

@@ -50,7 +50,11 @@ impl Mailbox {
         if let Some(parent) = kept.parent() {
             self.io.sync_dir(parent)?;
         }
-        self.drop_link(&leftover)?;
+        // Not removed: the file lost its other link meanwhile (another process resolved the
+        // same two links from the other side), and stays here, to be read again.
+        if !self.drop_link(&leftover)? {
+            return Ok(Some(Resolved::There));
+        }
         Ok(Some(resolved))
     }
 
@@ -138,6 +142,16 @@ impl Mailbox {
                 .filter(|e| e.kind == EntryKind::Dir)
                 .filter_map(|e| e.name.into_string().ok())
                 .collect()
+        } else if let Some(slot_agent) = dir
+            .parent()
+            .filter(|a| a.parent() == Some(&*self.layout.claimed))
+            .and_then(|a| a.file_name())
+        {
+            // A claim slot's agent: the slot's parent's name. Another of its slots holds a
+            // second link only when two consumers took the file at once, one by link and one
+            // by rename (SIGBOX_LINK_CLAIMS set for one of them): the one that resolves first
+            // yields its link, the other keeps the file.
+            vec![lossy(slot_agent)]
         } else {
             // A buffer's agent: its directory's name.
             dir.file_name().map(lossy).into_iter().collect()
@@ -236,8 +250,7 @@ impl Mailbox {
             return Ok(false);
         };
         self.io.sync_dir(dir)?;
-        self.drop_link(&twin)?;
-        Ok(true)
+        self.drop_link(&twin)
     }
 
     /// The buffers a file in `dir` may have been moved out of by a rename, unread: for a claim
@@ -263,15 +276,17 @@ impl Mailbox {
     }
 
     /// Removes a leftover link and makes its removal durable.
-    fn drop_link(&self, path: &Path) -> Result<()> {
-        if self.io.remove_second_link(path)?
-            && let Some(dir) = path.parent()
-        {
+    /// True when it was removed: false when the file had one link left by then.
+    fn drop_link(&self, path: &Path) -> Result<bool> {
+        if !self.io.remove_second_link(path)? {
+            return Ok(false);
+        }
+        if let Some(dir) = path.parent() {
             self.io.sync_dir(dir)?;
         }
         // Left by a crash, or by a claim by link under way in another process (its link made,
         // its source not removed yet): the one that stays was synced first.
         tracing::info!(file = %path.display(), "removed a second link to a signal (left by a crash, or by a claim by link under way)");
-        Ok(())
+        Ok(true)
     }
 }

@@ -11,6 +11,7 @@ use super::{Delivery, Held, Undo};
 use crate::body::{self};
 use crate::error::Result;
 use crate::io::ReadOutcome;
+use crate::mailbox::links::Resolved;
 use crate::mailbox::report::{Pass, Rejection};
 use crate::mailbox::{Mailbox, identity, lossy};
 use crate::name;
@@ -90,12 +91,26 @@ impl Mailbox {
         // be opened for writing is read without one (and left unannotated below).
         let (mut read, mut file) = self.read_claimed_signal(dest)?;
         // Leftovers of an interrupted claim (§9.6, §9.10), one per pass of the loop: a claim
-        // straight into processed/, a source moved aside in the buffer it came from.
-        for _ in 0..2 {
+        // straight into processed/, a source moved aside in the buffer it came from, or
+        // another consumer's link to the same file (one claiming by link while this one claims
+        // by rename): the first to resolve yields its link, and the other goes on with the
+        // file, read again.
+        for _ in 0..3 {
             let ReadOutcome::HardLinked(_) = read else {
                 break;
             };
-            if !(self.drop_processed_twin(dest, name)? || self.drop_upstream_twin(dest, name)?) {
+            let again = self.drop_processed_twin(dest, name)?
+                || self.drop_upstream_twin(dest, name)?
+                || match dest.parent().zip(dest.file_name()) {
+                    Some((dir, held)) => match self.resolve_own_link(dir, held)? {
+                        Some(Resolved::Here) => return Ok(Recorded::Gone),
+                        Some(Resolved::There) => true,
+                        // Its other link went meanwhile.
+                        None => self.io.stamp(dest)?.is_some_and(|st| st.nlink < 2),
+                    },
+                    None => false,
+                };
+            if !again {
                 break;
             }
             (read, file) = self.read_claimed_signal(dest)?;
