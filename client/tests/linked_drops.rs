@@ -484,3 +484,47 @@ fn consumers_claiming_by_link_and_by_rename_at_once_deliver_each_signal_once() {
         assert_eq!(String::from_utf8_lossy(&again.stdout), "", "round {round}");
     }
 }
+
+/// An archive by link's moved-aside source left beside its record in `processed/` (a crash
+/// before its unlink): `log` and `doctor` name it and say that `gc` removes it (they said
+/// "unreadable", and read the staging name as a record too); `gc` removes it, and the record
+/// is read again.
+#[test]
+fn an_archives_leftover_in_processed_is_named_and_gc_removes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let out = sigbox(&root, &["send", "info", "to all"]).output().unwrap();
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(sigbox(&root, &["finish"]).status().unwrap().success());
+    let record = root.join("processed").join(format!("{id}.json"));
+    assert!(record.exists(), "archived");
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let twin = root
+        .join("processed")
+        .join(format!(".{}.0123456789abcdef.claim.tmp", gone.id()));
+    std::fs::hard_link(&record, &twin).unwrap();
+    for args in [&["log"][..], &["doctor"][..]] {
+        let out = sigbox(&root, args).output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{args:?}: {text}");
+        assert!(
+            text.contains("left by an interrupted claim") && text.contains("sigbox gc"),
+            "{args:?}: {text}"
+        );
+        assert_eq!(text.matches("claim.tmp").count(), 1, "{args:?}: {text}");
+    }
+    let out = sigbox(&root, &["gc", "--older-than", "0s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!twin.exists());
+    let out = sigbox(&root, &["log"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&id));
+}

@@ -218,7 +218,8 @@ impl Mailbox {
     pub fn processed(&self) -> Result<Vec<std::result::Result<Signal, Error>>> {
         let mut out = Vec::new();
         for e in self.io.list(&self.layout.processed, false)? {
-            if e.kind != EntryKind::File {
+            // A staging name (an archive by link's moved-aside source, §9.10) is no record.
+            if e.kind != EntryKind::File || crate::name::own::is_stage_name(&e.name) {
                 continue;
             }
             let path = self.layout.processed.join(&e.name);
@@ -228,10 +229,24 @@ impl Mailbox {
                     (s, stamp.mtime_ns)
                 }),
                 ReadOutcome::Gone => continue,
-                _ => Err(Error::new(
+                ReadOutcome::HardLinked(n) => Err(Error::new(
                     ErrorKind::NotRegularFile,
                     Some(&path),
-                    "unreadable",
+                    match self.own_link(&self.layout.processed, &e.name)? {
+                        Some((leftover, _, _)) => format!(
+                            "not read: a second link, {}, left by an interrupted claim; \
+                             `sigbox gc` removes it",
+                            leftover.display()
+                        ),
+                        None => {
+                            format!("not read: {n} hard links (one could lead outside the root)")
+                        }
+                    },
+                )),
+                other => Err(Error::new(
+                    ErrorKind::NotRegularFile,
+                    Some(&path),
+                    other.rejection().unwrap_or_else(|| "unreadable".into()),
                 )),
             });
         }

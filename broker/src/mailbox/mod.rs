@@ -353,8 +353,8 @@ impl Mailbox {
 
     /// Removes staging files older than `age` that crashed writers left, at most `limit` per
     /// call: everything in `tmp/`, and sigbox's own staging names (`.<pid>.<hex>.<hint>.tmp`)
-    /// in `inputs/`, `rejected/`, the ack directories, the buffers, the claim slots and a
-    /// bridge's directories. A staging name whose writer (its pid) still runs on this host is never
+    /// in `inputs/`, `processed/`, `rejected/`, the ack directories, the buffers, the claim
+    /// slots and a bridge's directories. A staging name whose writer (its pid) still runs on this host is never
     /// removed, whatever its age: it is a write in progress (`spec/mailbox.md` §9.7). Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
     /// many inodes are freed (`spec/mailbox.md` §9.7): spread large clean-ups over time.
     pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
@@ -369,6 +369,8 @@ impl Mailbox {
         // staging names, never another writer's write in progress.
         let mut dirs = vec![(self.layout.tmp.clone(), false)];
         dirs.push((self.layout.inputs.clone(), true));
+        // An archive by link's moved-aside source (§9.10), still a second link of its record.
+        dirs.push((self.layout.processed.clone(), true));
         dirs.push((self.layout.rejected.clone(), true));
         dirs.push((self.layout.agents.clone(), true));
         // A bridge's directories (spec/bridge.md §7): its state and markers staged there.
