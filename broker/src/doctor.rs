@@ -150,6 +150,22 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             problem(&d, not_a_directory(kind));
         }
     }
+    // A buffer is made for an agent by the orchestrator; one under a name no agent can have
+    // (made by hand) holds signals nobody will ever claim.
+    for e in entries(&layout.buffered) {
+        let named = e.name.to_str().is_some_and(crate::signal::valid_agent);
+        if e.kind == EntryKind::Dir && !named {
+            let held = entries(&layout.buffered.join(&e.name)).len();
+            problem(
+                &layout.buffered.join(&e.name),
+                format!(
+                    "a buffer under a name no agent can have: nobody claims the {held} \
+                     file(s) it holds; move them back into inputs/, where they are routed \
+                     again"
+                ),
+            );
+        }
+    }
     for e in entries(&layout.agents) {
         if e.kind != EntryKind::File && e.name.to_string_lossy().ends_with(".lock") {
             problem(

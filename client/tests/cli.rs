@@ -394,6 +394,36 @@ fn doctor_explains_problems() {
     );
 }
 
+/// A buffer made by hand under a name no agent can have holds signals nobody will ever claim:
+/// `doctor` names it, with what to do, instead of "healthy"; moved back, the signal is
+/// delivered.
+#[test]
+fn doctor_names_a_buffer_no_agent_can_claim() {
+    let env = Env::new();
+    let id = String::from_utf8(
+        env.run(&["send", "steer", "x", "--target", "Executor"])
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let file = format!("{id}.json");
+    let odd = env.root.join("buffered").join("a b");
+    std::fs::create_dir_all(&odd).unwrap();
+    std::fs::rename(env.inputs().join(&file), odd.join(&file)).unwrap();
+    let out = env.run(&["doctor"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("buffered/a b") && text.contains("no agent can have"),
+        "{text}"
+    );
+    assert!(text.contains("move them back into inputs/"), "{text}");
+    std::fs::rename(odd.join(&file), env.inputs().join(&file)).unwrap();
+    let out = env.run(&["poll", "--as", "Executor"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&id));
+}
+
 /// Signals for other hosts left where a bridge ran and runs no more are a problem doctor names
 /// (how many, for which agents and hosts, what to do), not "healthy"; once the way is clear
 /// (delivered here), a bridge that ran is information only (spec/bridge.md §7).

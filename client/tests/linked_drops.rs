@@ -347,13 +347,19 @@ fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_quarantines_one_alone() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+    // The second link removed; the file alone quarantined, not counted as removed.
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("removed 1 "),
+        "{out:?}"
+    );
     assert!(!linked.exists(), "the second link stays");
     assert!(!alone.exists(), "a file alone under that name stays hidden");
     let refused = rejected(&root);
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert!(
-        refused[0].contains("took the name of the file being claimed"),
-        "{refused:?}"
+        refused[0].contains("took the name of the file being claimed")
+            && refused[0].contains(alone.file_name().unwrap().to_str().unwrap()),
+        "the reason names the file as it was found: {refused:?}"
     );
     let kept: Vec<String> = std::fs::read_dir(root.join("rejected"))
         .unwrap()

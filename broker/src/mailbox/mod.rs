@@ -430,8 +430,11 @@ impl Mailbox {
                 // In a buffer no owner comes for it: alone, it is quarantined here, kept whole.
                 if twin && dir.parent() == Some(self.layout.buffered.as_path()) {
                     if stale(&p)? {
+                        // Counted when removed as a second link; a quarantine is no removal
+                        // (`ls --all` lists it in rejected/).
+                        let linked = self.io.stamp(&p)?.is_some_and(|st| st.nlink >= 2);
                         self.clear_claim_twin(&dir, &e.name, "gc")?;
-                        here += usize::from(self.io.stamp(&p)?.is_none());
+                        here += usize::from(linked && self.io.stamp(&p)?.is_none());
                     }
                     continue;
                 }

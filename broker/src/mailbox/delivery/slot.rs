@@ -170,13 +170,12 @@ impl Mailbox {
                 if self.io.rename_noreplace(&path, &dir.join(&shown))? != Renamed::Done {
                     return Ok(());
                 }
-                self.quarantine(
-                    dir,
-                    &shown,
-                    "a file moved aside by a claim that was interrupted: it took the name of \
-                     the file being claimed, and that name is lost",
-                    agent,
-                )?;
+                let reason = format!(
+                    "a file moved aside by a claim that was interrupted (as {}): it took the \
+                     name of the file being claimed, and that name is lost",
+                    lossy(twin)
+                );
+                self.quarantine(dir, &shown, &reason, agent)?;
             }
             None => {}
         }
