@@ -254,6 +254,57 @@ fn a_second_link_that_stays_is_refused_once_its_time_has_passed() {
     );
 }
 
+/// Sends a STEER with message `msg` to the Executor; the name of its file in `inputs/`.
+fn send_to_executor(root: &Path, msg: &str) -> String {
+    let out = sigbox(root, &["send", "steer", msg, "--target", "Executor"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    format!("{}.json", String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// The id of a process that has ended.
+fn dead_pid() -> u32 {
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    gone.id()
+}
+
+/// The state a crash leaves in the middle of the orchestrator's move of `file` into the
+/// Executor's buffer by link (§9.10): linked into the buffer, the source moved aside beside it
+/// by a process that is gone. The moved-aside name.
+fn leave_in_buffer(root: &Path, file: &str) -> PathBuf {
+    let buffer = root.join("buffered").join("Executor");
+    std::fs::create_dir_all(&buffer).unwrap();
+    let twin = buffer.join(format!(".{}.0123456789abcdef.claim.tmp", dead_pid()));
+    std::fs::hard_link(root.join("inputs").join(file), buffer.join(file)).unwrap();
+    std::fs::rename(root.join("inputs").join(file), &twin).unwrap();
+    twin
+}
+
+/// One `sigbox --json poll --as Executor` claiming by `rule`: each signal's message and
+/// redelivery count.
+fn poll_by(root: &Path, rule: &str) -> Vec<(String, u64)> {
+    let out = sigbox(root, &["--json", "poll", "--as", "Executor"])
+        .env("SIGBOX_LINK_CLAIMS", rule)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "rule {rule}: {out:?}");
+    messages_of(&out.stdout)
+}
+
+/// Each JSON line's message and redelivery count.
+fn messages_of(stdout: &[u8]) -> Vec<(String, u64)> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let msg = v["message"].as_str().unwrap().to_string();
+            (msg, v["redelivery"].as_u64().unwrap())
+        })
+        .collect()
+}
+
 /// A claim by link that moved a signal into a buffer (the orchestrator's move, spec/mailbox.md
 /// §9.10) and was cut off after it moved the source aside, before it unlinked it, leaves two
 /// links to one file: the signal in the buffer and `.<pid>.<hex>.claim.tmp` beside it. Whatever
@@ -266,40 +317,11 @@ fn a_claim_by_links_leftover_in_a_buffer_is_resolved_whatever_the_readers_rule()
     for rule in ["0", "1"] {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("signals");
-        let send = |ty: &str, msg: &str| {
-            let out = sigbox(&root, &["send", ty, msg, "--target", "Executor"])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{out:?}");
-            format!("{}.json", String::from_utf8(out.stdout).unwrap().trim())
-        };
         assert!(sigbox(&root, &["init"]).status().unwrap().success());
-        let first = send("steer", "first");
-        send("info", "second");
-        // The state the crash left: linked into the buffer, the source moved aside beside it
-        // by a process that is gone.
-        let buffer = root.join("buffered").join("Executor");
-        std::fs::create_dir_all(&buffer).unwrap();
-        let mut gone = Command::new("true").spawn().unwrap();
-        gone.wait().unwrap();
-        let twin = buffer.join(format!(".{}.0123456789abcdef.claim.tmp", gone.id()));
-        std::fs::hard_link(root.join("inputs").join(&first), buffer.join(&first)).unwrap();
-        std::fs::rename(root.join("inputs").join(&first), &twin).unwrap();
-
-        let out = sigbox(&root, &["--json", "poll", "--as", "Executor"])
-            .env("SIGBOX_LINK_CLAIMS", rule)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "rule {rule}: {out:?}");
-        let got: Vec<(String, u64)> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                let msg = v["message"].as_str().unwrap().to_string();
-                (msg, v["redelivery"].as_u64().unwrap())
-            })
-            .collect();
+        let first = send_to_executor(&root, "first");
+        send_to_executor(&root, "second");
+        let twin = leave_in_buffer(&root, &first);
+        let got = poll_by(&root, rule);
         assert_eq!(
             got,
             [("first".to_string(), 0), ("second".to_string(), 0)],
@@ -323,10 +345,7 @@ fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_quarantines_one_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("signals");
     assert!(sigbox(&root, &["init"]).status().unwrap().success());
-    let out = sigbox(&root, &["send", "steer", "done", "--target", "Executor"])
-        .output()
-        .unwrap();
-    let name = format!("{}.json", String::from_utf8(out.stdout).unwrap().trim());
+    let name = send_to_executor(&root, "done");
     assert!(
         sigbox(&root, &["poll", "--as", "Executor"])
             .status()
@@ -337,10 +356,9 @@ fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_quarantines_one_alone() {
     assert!(record.exists());
     let buffer = root.join("buffered").join("Executor");
     std::fs::create_dir_all(&buffer).unwrap();
-    let mut gone = Command::new("true").spawn().unwrap();
-    gone.wait().unwrap();
-    let linked = buffer.join(format!(".{}.0123456789abcdef.claim.tmp", gone.id()));
-    let alone = buffer.join(format!(".{}.fedcba9876543210.claim.tmp", gone.id()));
+    let gone = dead_pid();
+    let linked = buffer.join(format!(".{}.0123456789abcdef.claim.tmp", gone));
+    let alone = buffer.join(format!(".{}.fedcba9876543210.claim.tmp", gone));
     std::fs::hard_link(&record, &linked).unwrap();
     std::fs::write(&alone, "type: INFO\nmessage: took the name\n").unwrap();
     let out = sigbox(&root, &["gc", "--older-than", "0s"])
@@ -382,43 +400,20 @@ fn a_dead_consumers_claim_with_a_leftover_in_its_buffer_comes_first() {
     for rule in ["0", "1"] {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("signals");
-        let send = |msg: &str| {
-            let out = sigbox(&root, &["send", "steer", msg, "--target", "Executor"])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{out:?}");
-            format!("{}.json", String::from_utf8(out.stdout).unwrap().trim())
-        };
         assert!(sigbox(&root, &["init"]).status().unwrap().success());
-        let first = send("m1");
-        send("m2");
-        send("m3");
-        let buffer = root.join("buffered").join("Executor");
-        let slot = root.join("claimed").join("Executor").join("0");
-        std::fs::create_dir_all(&buffer).unwrap();
-        std::fs::create_dir_all(&slot).unwrap();
-        let mut gone = Command::new("true").spawn().unwrap();
-        gone.wait().unwrap();
-        let twin = buffer.join(format!(".{}.0123456789abcdef.claim.tmp", gone.id()));
-        std::fs::hard_link(root.join("inputs").join(&first), buffer.join(&first)).unwrap();
-        std::fs::rename(root.join("inputs").join(&first), &twin).unwrap();
+        let first = send_to_executor(&root, "m1");
+        send_to_executor(&root, "m2");
+        send_to_executor(&root, "m3");
+        let twin = leave_in_buffer(&root, &first);
         // Claimed into a slot, by a consumer that died there.
-        std::fs::rename(buffer.join(&first), slot.join(&first)).unwrap();
-
-        let out = sigbox(&root, &["--json", "poll", "--as", "Executor"])
-            .env("SIGBOX_LINK_CLAIMS", rule)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "rule {rule}: {out:?}");
-        let got: Vec<(String, u64)> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                let msg = v["message"].as_str().unwrap().to_string();
-                (msg, v["redelivery"].as_u64().unwrap())
-            })
-            .collect();
+        let slot = root.join("claimed").join("Executor").join("0");
+        std::fs::create_dir_all(&slot).unwrap();
+        std::fs::rename(
+            root.join("buffered").join("Executor").join(&first),
+            slot.join(&first),
+        )
+        .unwrap();
+        let got = poll_by(&root, rule);
         assert_eq!(
             got,
             [
@@ -469,13 +464,7 @@ fn consumers_claiming_by_link_and_by_rename_at_once_deliver_each_signal_once() {
         for p in polls {
             let out = p.wait_with_output().unwrap();
             assert!(out.status.success(), "round {round}: {out:?}");
-            for l in String::from_utf8(out.stdout).unwrap().lines() {
-                let v: Value = serde_json::from_str(l).unwrap();
-                got.push((
-                    v["message"].as_str().unwrap().to_string(),
-                    v["redelivery"].as_u64().unwrap(),
-                ));
-            }
+            got.extend(messages_of(&out.stdout));
         }
         let mut once: Vec<&str> = got.iter().map(|(m, _)| m.as_str()).collect();
         once.sort_unstable();
@@ -505,11 +494,10 @@ fn an_archives_leftover_in_processed_is_named_and_gc_removes_it() {
     assert!(sigbox(&root, &["finish"]).status().unwrap().success());
     let record = root.join("processed").join(format!("{id}.json"));
     assert!(record.exists(), "archived");
-    let mut gone = Command::new("true").spawn().unwrap();
-    gone.wait().unwrap();
+    let gone = dead_pid();
     let twin = root
         .join("processed")
-        .join(format!(".{}.0123456789abcdef.claim.tmp", gone.id()));
+        .join(format!(".{}.0123456789abcdef.claim.tmp", gone));
     std::fs::hard_link(&record, &twin).unwrap();
     for args in [&["log"][..], &["doctor"][..]] {
         let out = sigbox(&root, args).output().unwrap();
