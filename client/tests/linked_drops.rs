@@ -390,6 +390,41 @@ fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_quarantines_one_alone() {
     assert_eq!(std::os::unix::fs::MetadataExt::nlink(&st), 1);
 }
 
+/// A moved-aside name in a buffer whose other link is nowhere in the root a signal is kept
+/// (planted by hand, here to a file outside the root): `gc` does not remove it, which would
+/// leave the signal's content outside the root only; it quarantines it, kept whole, and the
+/// file outside is untouched.
+#[test]
+fn gc_quarantines_a_leftover_whose_other_link_is_outside_the_root() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let name = send_to_executor(&root, "kept");
+    let outside = tmp.path().join("outside.json");
+    std::fs::hard_link(root.join("inputs").join(&name), &outside).unwrap();
+    let buffer = root.join("buffered").join("Executor");
+    std::fs::create_dir_all(&buffer).unwrap();
+    let twin = buffer.join(format!(".{}.bbbbbbbbbbbbbbbb.claim.tmp", dead_pid()));
+    std::fs::rename(root.join("inputs").join(&name), &twin).unwrap();
+    let before = std::fs::read(&outside).unwrap();
+    let out = sigbox(&root, &["gc", "--older-than", "0s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("removed 0 "),
+        "{out:?}"
+    );
+    assert!(!twin.exists());
+    let refused = rejected(&root);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].contains("outside the root"), "{refused:?}");
+    assert_eq!(std::fs::read(&outside).unwrap(), before);
+    // Still two names: the one in rejected/ and the one outside.
+    let st = std::fs::metadata(&outside).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::nlink(&st), 2);
+}
+
 /// The same leftover, after a consumer claimed the signal from the buffer into its slot by
 /// rename and was killed before handing it over: the next pass, by either rule, takes over
 /// the slot, removes the leftover, and delivers the signal first, marked as delivered again,

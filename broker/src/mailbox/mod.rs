@@ -351,6 +351,31 @@ impl Mailbox {
         }
     }
 
+    /// True when the file with stamp `st` (a source moved aside in the buffer `buffer`) has a
+    /// name where a signal goes on from a buffer: the buffer itself, its agent's claim slots,
+    /// or `processed/`.
+    fn linked_in_its_buffer_or_after(&self, buffer: &Path, st: &crate::sys::Stamp) -> Result<bool> {
+        let mut dirs = vec![buffer.to_path_buf(), self.layout.processed.clone()];
+        if let Some(agent) = buffer.file_name().and_then(|a| a.to_str()) {
+            dirs.extend(self.slots(agent)?.into_iter().map(|(_, d)| d));
+        }
+        for d in dirs {
+            for e in self.io.list(&d, true)? {
+                if e.kind != EntryKind::File || own::is_stage_name(&e.name) {
+                    continue;
+                }
+                if self
+                    .io
+                    .stamp(&d.join(&e.name))?
+                    .is_some_and(|o| (o.dev, o.ino) == (st.dev, st.ino))
+                {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
     /// Removes staging files older than `age` that crashed writers left, at most `limit` per
     /// call: everything in `tmp/`, and sigbox's own staging names (`.<pid>.<hex>.<hint>.tmp`)
     /// in `inputs/`, `processed/`, `rejected/`, the ack directories, the buffers, the claim
@@ -432,7 +457,22 @@ impl Mailbox {
                     if stale(&p)? {
                         // Counted when removed as a second link; a quarantine is no removal
                         // (`ls --all` lists it in rejected/).
-                        let linked = self.io.stamp(&p)?.is_some_and(|st| st.nlink >= 2);
+                        let st = self.io.stamp(&p)?;
+                        let linked = st.as_ref().is_some_and(|st| st.nlink >= 2);
+                        if let Some(st) = st.filter(|_| linked)
+                            && !self.linked_in_its_buffer_or_after(&dir, &st)?
+                        {
+                            // Its other name is nowhere sigbox keeps a signal (planted by
+                            // hand: sigbox's claims by link take no file with two links).
+                            let reason = format!(
+                                "a file moved aside by a claim that was interrupted (as {}), \
+                                 whose other name is nowhere in the root a signal is kept: it \
+                                 may lead outside the root",
+                                lossy(&e.name)
+                            );
+                            self.quarantine_claim_twin(&dir, &e.name, &reason, "gc")?;
+                            continue;
+                        }
                         self.clear_claim_twin(&dir, &e.name, "gc")?;
                         here += usize::from(linked && self.io.stamp(&p)?.is_none());
                     }

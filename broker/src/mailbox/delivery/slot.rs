@@ -160,25 +160,41 @@ impl Mailbox {
                 self.io.remove_second_link(&path)?;
             }
             Some(_) => {
-                // Under a name readers see (a staging name is skipped everywhere).
-                let shown = OsString::from(
-                    lossy(twin)
-                        .trim_start_matches('.')
-                        .trim_end_matches(".tmp")
-                        .to_string(),
-                );
-                if self.io.rename_noreplace(&path, &dir.join(&shown))? != Renamed::Done {
-                    return Ok(());
-                }
                 let reason = format!(
                     "a file moved aside by a claim that was interrupted (as {}): it took the \
                      name of the file being claimed, and that name is lost",
                     lossy(twin)
                 );
-                self.quarantine(dir, &shown, &reason, agent)?;
+                self.quarantine_claim_twin(dir, twin, &reason, agent)?;
             }
             None => {}
         }
+        Ok(())
+    }
+
+    /// Quarantines the moved-aside source `dir/twin` (§9.10), kept whole, under a name readers
+    /// see (a staging name is skipped everywhere).
+    pub(in crate::mailbox) fn quarantine_claim_twin(
+        &self,
+        dir: &Path,
+        twin: &OsStr,
+        reason: &str,
+        agent: &str,
+    ) -> Result<()> {
+        let shown = OsString::from(
+            lossy(twin)
+                .trim_start_matches('.')
+                .trim_end_matches(".tmp")
+                .to_string(),
+        );
+        if self
+            .io
+            .rename_noreplace(&dir.join(twin), &dir.join(&shown))?
+            != Renamed::Done
+        {
+            return Ok(());
+        }
+        self.quarantine(dir, &shown, reason, agent)?;
         Ok(())
     }
 
