@@ -351,6 +351,30 @@ impl Mailbox {
         }
     }
 
+    /// [`gc`](Self::gc) of a source a claim by link moved aside in the buffer `dir` (§9.10):
+    /// removed while it is a second link of a file that went on from there; quarantined,
+    /// kept whole, when it is alone (a file that took the claimed name) or linked only
+    /// elsewhere (planted by hand: claims by link take no file with two links, and the other
+    /// name may lead outside the root). True when removed: a quarantine is no removal
+    /// (`ls --all` lists it in rejected/).
+    fn gc_buffer_twin(&self, dir: &Path, twin: &OsStr) -> Result<bool> {
+        let p = dir.join(twin);
+        let Some(st) = self.io.stamp(&p)? else {
+            return Ok(false);
+        };
+        if st.nlink >= 2 && !self.linked_in_its_buffer_or_after(dir, &st)? {
+            let reason = format!(
+                "a file moved aside by a claim that was interrupted (as {}), whose other name \
+                 is nowhere in the root a signal is kept: it may lead outside the root",
+                lossy(twin)
+            );
+            self.quarantine_claim_twin(dir, twin, &reason, "gc")?;
+            return Ok(false);
+        }
+        self.clear_claim_twin(dir, twin, "gc")?;
+        Ok(st.nlink >= 2 && self.io.stamp(&p)?.is_none())
+    }
+
     /// True when the file with stamp `st` (a source moved aside in the buffer `buffer`) has a
     /// name where a signal goes on from a buffer: the buffer itself, its agent's claim slots,
     /// or `processed/`.
@@ -454,27 +478,8 @@ impl Mailbox {
                 let twin = own::is_claim_twin(&e.name);
                 // In a buffer no owner comes for it: alone, it is quarantined here, kept whole.
                 if twin && dir.parent() == Some(self.layout.buffered.as_path()) {
-                    if stale(&p)? {
-                        // Counted when removed as a second link; a quarantine is no removal
-                        // (`ls --all` lists it in rejected/).
-                        let st = self.io.stamp(&p)?;
-                        let linked = st.as_ref().is_some_and(|st| st.nlink >= 2);
-                        if let Some(st) = st.filter(|_| linked)
-                            && !self.linked_in_its_buffer_or_after(&dir, &st)?
-                        {
-                            // Its other name is nowhere sigbox keeps a signal (planted by
-                            // hand: sigbox's claims by link take no file with two links).
-                            let reason = format!(
-                                "a file moved aside by a claim that was interrupted (as {}), \
-                                 whose other name is nowhere in the root a signal is kept: it \
-                                 may lead outside the root",
-                                lossy(&e.name)
-                            );
-                            self.quarantine_claim_twin(&dir, &e.name, &reason, "gc")?;
-                            continue;
-                        }
-                        self.clear_claim_twin(&dir, &e.name, "gc")?;
-                        here += usize::from(linked && self.io.stamp(&p)?.is_none());
+                    if stale(&p)? && self.gc_buffer_twin(&dir, &e.name)? {
+                        here += 1;
                     }
                     continue;
                 }
