@@ -154,8 +154,13 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     // (made by hand) holds signals nobody will ever claim.
     for e in entries(&layout.buffered) {
         let named = e.name.to_str().is_some_and(crate::signal::valid_agent);
-        if e.kind == EntryKind::Dir && !named {
-            let held = entries(&layout.buffered.join(&e.name)).len();
+        let held = if e.kind == EntryKind::Dir && !named {
+            entries(&layout.buffered.join(&e.name)).len()
+        } else {
+            0
+        };
+        // An empty one holds nothing back.
+        if held > 0 {
             problem(
                 &layout.buffered.join(&e.name),
                 format!(
