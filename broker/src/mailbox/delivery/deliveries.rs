@@ -144,10 +144,25 @@ impl<'p, 'h> Deliveries<'p, 'h> {
             self.roll_back(ready)?;
             return Err(e);
         }
-        let signals: Vec<Signal> = ready.iter().map(|d| d.signal.clone()).collect();
+        // The signals go to the caller as they are (no copy); the rest of each delivery waits
+        // for the hand-over's answer.
+        let (signals, rest): (Vec<Signal>, Vec<_>) = ready
+            .into_iter()
+            .map(|d| (d.signal, (d.pending, d.undo, d.held)))
+            .unzip();
         if let Err(e) = (self.to)(&signals) {
             self.failed = true;
             // Claimed but not handed over: put back for a later pass, never stranded.
+            let ready = signals
+                .into_iter()
+                .zip(rest)
+                .map(|(signal, (pending, undo, held))| Delivery {
+                    signal,
+                    pending,
+                    undo,
+                    held,
+                })
+                .collect();
             let stuck = self.roll_back(ready)?;
             let reason = match stuck {
                 0 => "cannot hand the claimed signals over; they are pending again".to_string(),
@@ -158,7 +173,9 @@ impl<'p, 'h> Deliveries<'p, 'h> {
             };
             return Err(Error::io(self.mb.root(), &reason, e));
         }
-        self.flight.handed.extend(ready.into_iter().map(|d| d.held));
+        self.flight
+            .handed
+            .extend(rest.into_iter().map(|(_, _, held)| held));
         pass.delivered.extend(signals);
         if self.ack {
             self.mb.ack_handed(self.flight)?;

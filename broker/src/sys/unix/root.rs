@@ -232,10 +232,14 @@ fn beneath(at: &impl AsFd, rel: &Path) -> io::Result<OwnedFd> {
 /// it, else opened by path (following symlinks, as any program would: a path outside every
 /// root is the caller's).
 pub(crate) fn place<'p>(root: Option<&Arc<Root>>, path: &'p Path) -> io::Result<(Dir, &'p OsStr)> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let parent = path.parent().unwrap_or(Path::new(""));
+    let (parent, name) = match split_plain(path) {
+        Some(split) => split,
+        None => (
+            path.parent().unwrap_or(Path::new("")),
+            path.file_name()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?,
+        ),
+    };
     if let Some(rel) = root.and_then(|r| r.rel(parent).map(|rel| (r, rel))) {
         return Ok((rel.0.dir(rel.1)?, name));
     }
@@ -248,6 +252,30 @@ pub(crate) fn place<'p>(root: Option<&Arc<Root>>, path: &'p Path) -> io::Result<
     Ok((
         Dir::Owned(rustix::fs::open(parent, flags, Mode::empty())?),
         name,
+    ))
+}
+
+/// `path`'s parent and file name, split at its last `/` as bytes, for the plain paths the
+/// mailbox makes (its root's bytes joined with names): what `Path::parent` and
+/// `Path::file_name` give for those, without parsing every component from the back on each
+/// effect. `None` for anything else (no `/`, a `/` doubled or last, a `.` or `..` component
+/// at either end of the split), left to those two.
+fn split_plain(path: &Path) -> Option<(&Path, &OsStr)> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    let cut = memchr::memrchr(b'/', bytes)?;
+    let (parent, name) = (&bytes[..cut], &bytes[cut + 1..]);
+    let odd = |c: &[u8]| c.is_empty() || c == b"." || c == b"..";
+    if odd(name) || parent.is_empty() || parent.ends_with(b"/") || parent.ends_with(b"/.") {
+        return None;
+    }
+    // A `.` inside the parent (`a/./b`) is one component fewer for `Path::parent`.
+    if memchr::memmem::find(parent, b"/./").is_some() || parent.starts_with(b"./") {
+        return None;
+    }
+    Some((
+        Path::new(OsStr::from_bytes(parent)),
+        OsStr::from_bytes(name),
     ))
 }
 
@@ -293,4 +321,44 @@ pub(crate) fn dir_at(root: Option<&Arc<Root>>, path: &Path) -> io::Result<Dir> {
         DIR_FLAGS,
         Mode::empty(),
     )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Wherever the byte split answers, it answers what `Path::parent` and `Path::file_name`
+    /// do, for every path built of these pieces (up to four of them).
+    #[test]
+    fn split_plain_agrees_with_path_parent_and_file_name() {
+        let pieces = ["", "/", "//", ".", "..", "a", "bc", "./", "/.", "a/", "ü"];
+        let mut paths = vec![String::new()];
+        for _ in 0..4 {
+            let longer: Vec<String> = paths
+                .iter()
+                .flat_map(|p| pieces.iter().map(move |x| format!("{p}{x}")))
+                .collect();
+            paths.extend(longer);
+        }
+        let mut answered = 0;
+        for p in &paths {
+            let path = Path::new(p);
+            if let Some((parent, name)) = split_plain(path) {
+                answered += 1;
+                // As bytes: `Path`'s own equality ignores a doubled or trailing `/`.
+                assert_eq!(
+                    Some(parent.as_os_str()),
+                    path.parent().map(Path::as_os_str),
+                    "parent of {p:?}"
+                );
+                assert_eq!(Some(name), path.file_name(), "file name of {p:?}");
+            }
+        }
+        assert!(
+            answered > 1000,
+            "the split answers for most plain paths: {answered}"
+        );
+        let root = "/tmp/x/.tmpA1/signals/claimed/Executor/0/signal.20261126T150258.213538Z.01a2.INFO.Executor.json";
+        assert!(split_plain(Path::new(root)).is_some());
+    }
 }
