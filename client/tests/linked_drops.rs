@@ -463,6 +463,48 @@ fn a_dead_consumers_claim_with_a_leftover_in_its_buffer_comes_first() {
     }
 }
 
+/// A consumer that died while it claimed leaves claims whose mtimes are not their order: one
+/// whose handling block was written carries the claim's time, one cut off before carries the
+/// send's. The next pass delivers them again in the order they were sent (their names'
+/// instants), as the listing they were claimed from ordered them. Before, it went by mtime,
+/// and a later signal came first.
+#[test]
+fn a_dead_consumers_claims_come_again_in_the_order_they_were_sent() {
+    for rule in ["0", "1"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("signals");
+        assert!(sigbox(&root, &["init"]).status().unwrap().success());
+        let files: Vec<String> = ["m1", "m2", "m3"]
+            .iter()
+            .map(|m| send_to_executor(&root, m))
+            .collect();
+        // Claimed into a slot by a consumer that died there; the first claim's block was
+        // written (its mtime the claim's, later than the others').
+        let slot = root.join("claimed").join("Executor").join("0");
+        std::fs::create_dir_all(&slot).unwrap();
+        for f in &files {
+            std::fs::rename(root.join("inputs").join(f), slot.join(f)).unwrap();
+        }
+        let later = std::time::SystemTime::now() + Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(slot.join(&files[0]))
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let got = poll_by(&root, rule);
+        assert_eq!(
+            got,
+            [
+                ("m1".to_string(), 1),
+                ("m2".to_string(), 1),
+                ("m3".to_string(), 1)
+            ],
+            "rule {rule}"
+        );
+    }
+}
+
 /// Two consumers of one agent at the same moment, one claiming by link and one by rename
 /// (`SIGBOX_LINK_CLAIMS` set differently for each): a file both took has a link in each one's
 /// slot. The first to resolve it yields its link and the other delivers it, in the same

@@ -2,7 +2,7 @@
 //! signals over are taken over, and what they hold is delivered again, under the same ids,
 //! marked as redeliveries with a count; a broadcast's marker stands for its ack in flight.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -16,8 +16,8 @@ use crate::io::ReadOutcome;
 use crate::mailbox::layout::Layout;
 use crate::mailbox::report::Pass;
 use crate::mailbox::{Mailbox, identity, lossy};
-use crate::name;
 use crate::name::own;
+use crate::name::{self, NameKind};
 
 /// A marker is a few hundred bytes; anything larger was not written by sigbox.
 pub(super) const MARKER_CAP: u64 = 64 * 1024;
@@ -80,8 +80,7 @@ impl Mailbox {
                 if !Layout::is_marker(&f) && self.resolve_twin(agent, &dir, &f)? {
                     continue;
                 }
-                let at = self.io.stamp(&dir.join(&f))?.map_or(0, |s| s.mtime_ns);
-                found.push((at, f));
+                found.push((self.fifo_instant(&dir, &f)?, f));
             }
             if found.is_empty() {
                 if is_own {
@@ -109,6 +108,23 @@ impl Mailbox {
         let mut out: Vec<(i128, Orphan)> = out;
         out.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
         Ok(out.into_iter().map(|(_, o)| o).collect())
+    }
+
+    /// The instant an orphan is delivered again by, oldest first: the FIFO instant its name
+    /// gives, as the listing it was claimed from ordered it (spec §4), else its mtime. Not the
+    /// mtime alone: a claim whose handling block was written carries the claim's time, one
+    /// interrupted before carries the send's, and a consumer killed between the two would
+    /// have its claims come back out of order.
+    fn fifo_instant(&self, dir: &Path, name: &OsStr) -> Result<i128> {
+        let from_name = match name::classify(name) {
+            NameKind::Canonical(c) => Some(c.instant),
+            NameKind::Foreign { instant, .. } => instant,
+            _ => None,
+        };
+        match from_name {
+            Some(at) => Ok(at),
+            None => Ok(self.io.stamp(&dir.join(name))?.map_or(0, |s| s.mtime_ns)),
+        }
     }
 
     /// Delivers an orphan again: a claimed file gets a handling block with its redelivery
