@@ -50,30 +50,28 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     };
     let io = Io::new(&IoOptions::new());
     let layout = Layout::new(root);
-    match io.stamp(root) {
-        Err(e) => {
-            problem(
-                root,
-                format!(
-                    "cannot read the root ({}); create it with `sigbox init`",
-                    e.io_error()
-                        .map_or_else(|| e.reason().to_string(), ToString::to_string)
-                ),
-            );
-            return out;
-        }
-        Ok(None) => {
+    // The root's own path may hold symlinks and be spelled `.` or `..` (spec §1.0), as for
+    // every other command: it is followed. Only what lies below it is never followed.
+    match std::fs::metadata(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             problem(
                 root,
                 "the root does not exist; create it with `sigbox init`".into(),
             );
             return out;
         }
-        Ok(Some(m)) if m.kind != EntryKind::Dir => {
+        Err(e) => {
+            problem(
+                root,
+                format!("cannot read the root ({e}); create it with `sigbox init`"),
+            );
+            return out;
+        }
+        Ok(m) if !m.is_dir() => {
             problem(root, "the root is not a directory".into());
             return out;
         }
-        Ok(Some(_)) => {}
+        Ok(_) => {}
     }
     // Below the root, nothing is followed: what is planted there is seen as what it is.
     if io.set_root(root).is_err() {

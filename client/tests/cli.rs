@@ -1668,3 +1668,37 @@ fn a_file_backdated_before_its_rename_is_read_at_once_by_poll() {
         assert_eq!(got.len(), 1, "file {i} was not read at once");
     }
 }
+
+/// `doctor` reads the root as every other command does: spelled `.` from inside it, or reached
+/// through a symlink (spec §1.0: the root's own path may hold symlinks). Before, it reported
+/// "cannot read the root (no file name)" for `.` and "the root is not a directory" for a
+/// symlink, and checked nothing below.
+#[test]
+fn doctor_reads_a_root_spelled_dot_or_reached_through_a_symlink() {
+    let env = Env::new();
+    env.run(&["send", "steer", "x", "--target", "Executor"]);
+    let link = env.root.with_file_name("link");
+    std::os::unix::fs::symlink(&env.root, &link).unwrap();
+    // A problem planted below the root, which doctor must see through either spelling.
+    std::os::unix::fs::symlink("/etc/passwd", env.inputs().join("planted.json")).unwrap();
+    for (cwd, root) in [
+        (env.root.clone(), PathBuf::from(".")),
+        (env.root.join("inputs"), PathBuf::from("..")),
+        (env.root.clone(), link.clone()),
+    ] {
+        let out = Command::new(BIN)
+            .arg("--root")
+            .arg(&root)
+            .arg("doctor")
+            .current_dir(&cwd)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("cannot read the root"), "{root:?}: {text}");
+        assert!(!text.contains("not a directory"), "{root:?}: {text}");
+        assert!(
+            text.contains("planted.json: a symlink"),
+            "{root:?}: the planted link is named: {text}"
+        );
+    }
+}
