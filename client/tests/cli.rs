@@ -1702,3 +1702,31 @@ fn doctor_reads_a_root_spelled_dot_or_reached_through_a_symlink() {
         );
     }
 }
+
+/// `init` of a root whose parent directory is reached through a symlink makes the whole root in
+/// one go (spec §1.0: the root's own path may hold symlinks). Before, it made the root's
+/// directory, then failed to open the symlinked parent to sync it ("Not a directory"), and left
+/// a root without its layout until `init` ran again.
+#[test]
+fn init_makes_a_root_whose_parent_is_a_symlink() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    std::os::unix::fs::symlink("real", dir.path().join("link")).unwrap();
+    for root in [
+        dir.path().join("link").join("box"),
+        PathBuf::from("link/box2"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("--root")
+            .arg(&root)
+            .arg("init")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{root:?}: {out:?}");
+        let made = dir.path().join("real").join(root.file_name().unwrap());
+        for sub in ["inputs", "claimed", "processed"] {
+            assert!(made.join(sub).is_dir(), "{root:?}: {sub} made");
+        }
+    }
+}

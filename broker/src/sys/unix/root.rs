@@ -316,9 +316,11 @@ pub(crate) fn dir_at(root: Option<&Arc<Root>>, path: &Path) -> io::Result<Dir> {
         }
         return r.dir(rel);
     }
+    // Outside the root, a path is used as given, as `place` uses it: its symlinks are the
+    // user's (the root's own path may hold some, spec §1.0; `init` syncs its parents).
     Ok(Dir::Owned(rustix::fs::open(
         path,
-        DIR_FLAGS,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )?))
 }
