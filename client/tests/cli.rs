@@ -1730,3 +1730,55 @@ fn init_makes_a_root_whose_parent_is_a_symlink() {
         }
     }
 }
+
+/// Something that is not a regular file planted in `processed/` (a symlink leading out of the
+/// root, a FIFO, a directory) is named by `log` (an error, exit 2) and by `doctor` (a problem),
+/// never followed nor read. Before, both passed over it: `log` exited 0 and `doctor` said
+/// "healthy".
+#[test]
+fn log_and_doctor_name_what_is_planted_in_processed() {
+    let env = Env::new();
+    env.run(&["send", "steer", "x", "--target", "Executor"]);
+    env.run(&["poll", "--as", "Executor"]);
+    let outside = env.root.with_file_name("outside.json");
+    std::fs::write(&outside, r#"{"type":"STEER","target":"Executor"}"#).unwrap();
+    let processed = env.root.join("processed");
+    std::os::unix::fs::symlink(&outside, processed.join("link.json")).unwrap();
+    let fifo = Command::new("mkfifo")
+        .arg(processed.join("fifo.json"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    std::fs::create_dir(processed.join("dir.json")).unwrap();
+    let out = env.run(&["log"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    for (name, what) in [
+        ("link.json", "a symlink"),
+        ("fifo.json", "a FIFO"),
+        ("dir.json", "a directory"),
+    ] {
+        assert!(
+            said.contains(name) && said.contains(&format!("not a record: {what}")),
+            "log names {name}: {said}"
+        );
+    }
+    assert!(
+        said.contains("STEER"),
+        "the real record is still listed: {said}"
+    );
+    let out = env.run(&["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for name in ["link.json", "fifo.json", "dir.json"] {
+        assert!(text.contains(name), "doctor names {name}: {text}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        r#"{"type":"STEER","target":"Executor"}"#
+    );
+}

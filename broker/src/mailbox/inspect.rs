@@ -218,11 +218,25 @@ impl Mailbox {
     pub fn processed(&self) -> Result<Vec<std::result::Result<Signal, Error>>> {
         let mut out = Vec::new();
         for e in self.io.list(&self.layout.processed, false)? {
-            // A staging name (an archive by link's moved-aside source, §9.10) is no record.
-            if e.kind != EntryKind::File || crate::name::own::is_stage_name(&e.name) {
+            let path = self.layout.processed.join(&e.name);
+            // sigbox puts only regular files here: anything else was planted, and is named
+            // (never followed nor read), whatever its name.
+            if e.kind != EntryKind::File {
+                out.push(Err(Error::new(
+                    ErrorKind::NotRegularFile,
+                    Some(&path),
+                    format!(
+                        "not a record: {}, which sigbox never puts in processed/ (not followed, \
+                         not read); remove it",
+                        e.kind.describe()
+                    ),
+                )));
                 continue;
             }
-            let path = self.layout.processed.join(&e.name);
+            // A staging name (an archive by link's moved-aside source, §9.10) is no record.
+            if crate::name::own::is_stage_name(&e.name) {
+                continue;
+            }
             out.push(match self.read_signal_file(&path)? {
                 ReadOutcome::Bytes(b, stamp) => Signal::parse_file_bytes(&b, &path).map(|mut s| {
                     s.id = identity::identity(&lossy(&e.name), &s.fields, &stamp);
