@@ -1782,3 +1782,44 @@ fn log_and_doctor_name_what_is_planted_in_processed() {
         r#"{"type":"STEER","target":"Executor"}"#
     );
 }
+
+/// A symlink or FIFO planted in `inputs/` under a staging name (`.<pid>.<hex>.send.tmp`) is
+/// quarantined by the next pass under that name, with its reason beside it: `ls --all` and
+/// `doctor` list it and `gc --rejected` clears it like any other quarantined entry. Before,
+/// the three took it for sigbox's own write in progress in `rejected/` and passed over it, so
+/// it stayed there unseen for ever.
+#[test]
+fn quarantined_entries_under_staging_names_are_listed_and_cleared() {
+    let env = Env::new();
+    let outside = env.root.with_file_name("outside");
+    std::fs::write(&outside, "kept").unwrap();
+    let link = ".99999.0123456789abcdef.send.tmp";
+    let fifo = ".99998.0123456789abcdef.send.tmp";
+    std::os::unix::fs::symlink(&outside, env.inputs().join(link)).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(env.inputs().join(fifo))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let out = env.run(&["poll", "--as", "Orchestrator"]);
+    assert!(out.status.success(), "{out:?}");
+    let rejected = env.root.join("rejected");
+    assert!(std::fs::symlink_metadata(rejected.join(link)).is_ok());
+    let listed = String::from_utf8(env.run(&["ls", "--all"]).stdout).unwrap();
+    let doctor = String::from_utf8(env.run(&["doctor"]).stdout).unwrap();
+    for name in [link, fifo] {
+        assert!(listed.contains(name), "ls --all lists {name}: {listed}");
+        assert!(doctor.contains(name), "doctor names {name}: {doctor}");
+    }
+    let out = env.run(&["gc", "--rejected", "--older-than", "0s"]);
+    assert!(out.status.success(), "{out:?}");
+    let left: Vec<_> = std::fs::read_dir(&rejected)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "gc --rejected clears them and their reasons: {left:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "kept");
+}

@@ -113,14 +113,22 @@ impl Mailbox {
         })
     }
 
+    /// True for a staging name in `rejected/` that is sigbox's own write in progress (a reason
+    /// being written), not a quarantined entry: a quarantined entry has its reason beside it,
+    /// whatever its name. A symlink, FIFO or directory planted under a staging name elsewhere
+    /// and quarantined keeps that name, and is listed and cleared as any other.
+    fn own_stage(&self, path: &Path, name: &OsStr) -> Result<bool> {
+        Ok(own::is_stage_name(name) && self.io.stamp(&Layout::reason_path(path))?.is_none())
+    }
+
     /// Files in `rejected/` with their reasons.
     pub fn rejected(&self) -> Result<Vec<Rejection>> {
         let mut out = Vec::new();
         for e in self.io.list(&self.layout.rejected, true)? {
-            if Layout::is_reason_file(&e.name) || own::is_stage_name(&e.name) {
+            let path = self.layout.rejected.join(&e.name);
+            if Layout::is_reason_file(&e.name) || self.own_stage(&path, &e.name)? {
                 continue;
             }
-            let path = self.layout.rejected.join(&e.name);
             let why = Layout::reason_path(&path);
             let reason = match self.io.read_untrusted(&why, self.opts.max_file_size)? {
                 ReadOutcome::Bytes(b, _) => serde_json::from_slice::<Value>(&b)
@@ -148,13 +156,13 @@ impl Mailbox {
         let dir = &self.layout.rejected;
         let mut removed = 0;
         for e in self.io.list(dir, true)? {
+            let path = dir.join(&e.name);
             if e.kind == EntryKind::Dir
                 || Layout::is_reason_file(&e.name)
-                || own::is_stage_name(&e.name)
+                || self.own_stage(&path, &e.name)?
             {
                 continue;
             }
-            let path = dir.join(&e.name);
             // Moved here by a rename, which sets the ctime: when it was quarantined.
             let old = self
                 .io
