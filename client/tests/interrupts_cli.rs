@@ -355,6 +355,23 @@ fn a_poll_whose_stdout_reaches_nobody_takes_nothing() {
         );
         assert!(processed(&root).is_empty(), "{how}: {args}: taken unread");
     }
+    // Under --json, the error names no file: `path` is null (it once held the message's start).
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "exec \"$0\" --root \"$1\" --json poll --as Executor >/dev/null",
+            BIN,
+            root.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let err: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stderr).trim()).unwrap();
+    assert_eq!(err["path"], serde_json::Value::Null, "{err}");
+    assert!(
+        err["error"].as_str().unwrap().contains("/dev/null"),
+        "{err}"
+    );
     let pending: HashSet<String> = sigbox::Mailbox::open(&root)
         .unwrap()
         .pending()

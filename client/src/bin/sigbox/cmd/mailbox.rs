@@ -174,8 +174,9 @@ fn refuse_unread_output(args: &AgentArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if let Some(why) = crate::output::reaches_nobody() {
+        // No `<file>: ` prefix: this names no file, and `--json` gives `"path": null`.
         anyhow::bail!(
-            "{why}: the signals would be acknowledged with nobody to read them, so none was \
+            "{why}; the signals would be acknowledged with nobody to read them, so none was \
              taken; `sigbox ls` lists them without taking them, and --discard takes them \
              unread on purpose"
         );
