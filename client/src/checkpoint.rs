@@ -8,6 +8,9 @@ use sigbox::{Mailbox, MailboxOptions, PassControl, Presence, Signal};
 
 use crate::watch::{POLL, Waiter};
 
+/// How often a wait on a root that is a symlink looks whether the link points elsewhere now.
+const ROOT_LINK_LOOK: Duration = Duration::from_secs(1);
+
 /// How [`Checkpoint::wait`] learns that something may have arrived.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitMode {
@@ -217,6 +220,12 @@ impl Checkpoint {
         }
         if now.buffer.is_some() {
             dirs.push((&buffer, false));
+        }
+        // A root that is a symlink can be pointed at another directory with no event in any
+        // of these (the link's own directory is not watched: it may be busy, `/tmp`). A look
+        // every second finds it (the pass follows a moved root), at the cost of one pass.
+        if std::fs::symlink_metadata(root).is_ok_and(|m| m.file_type().is_symlink()) {
+            self.waiter.backstop(ROOT_LINK_LOOK);
         }
         self.watched = Some(now);
         if let Err(e) = self.waiter.watch(&dirs) {

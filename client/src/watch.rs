@@ -268,6 +268,7 @@ pub struct Waiter {
     watch: Option<DirWatch>,
     poll: Duration,
     margin: Duration,
+    backstop: Duration,
 }
 
 impl Default for Waiter {
@@ -297,12 +298,21 @@ impl Waiter {
             watch: None,
             poll: POLL,
             margin: Duration::from_millis(1),
+            backstop: BACKSTOP,
         }
     }
 
     /// Sets how often it looks again without events. Default: 1 s; at least 10 ms (`MIN_POLL`).
     pub fn poll(&mut self, every: Duration) -> &mut Self {
         self.poll = every.max(MIN_POLL);
+        self
+    }
+
+    /// Sets how long it sleeps at most while it waits on events (default 30 s): shorter where
+    /// a change can come without an event in the watched directories (a root that is a
+    /// symlink, pointed elsewhere). At least 10 ms (`MIN_POLL`).
+    pub fn backstop(&mut self, every: Duration) -> &mut Self {
+        self.backstop = every.max(MIN_POLL);
         self
     }
 
@@ -355,7 +365,7 @@ impl Waiter {
     /// [`Waiter::unwatch`] (or watches again), which is the caller's choice.
     pub fn sleep(&mut self, next_check: Option<SystemTime>, left: Option<Duration>) -> bool {
         let mut sleep = if self.watch.is_some() {
-            BACKSTOP
+            self.backstop
         } else {
             self.poll
         };

@@ -68,3 +68,55 @@ fn a_wait_follows_a_root_moved_away_and_made_again() {
     });
     assert_eq!(code, Some(0));
 }
+
+/// A root that is a symlink, pointed at another mailbox while a `wait` sleeps (the link
+/// replaced by a rename, as `ln -sfn` does): no event comes in the directories the wait
+/// watches, and it looks once a second instead of only at its 30 s backstop. A signal sent
+/// through the link to the new mailbox ends the wait within seconds (it is given 10; its own
+/// `--timeout` is 60 s). Before, it slept until the backstop.
+#[test]
+fn a_wait_follows_a_root_symlink_pointed_elsewhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, link) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("signals"),
+    );
+    assert!(sigbox(&a, &["init"]).status.success());
+    assert!(sigbox(&b, &["init"]).status.success());
+    std::os::unix::fs::symlink(&a, &link).unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&link)
+        .args(["--json", "wait", "--as", "Executor", "--timeout", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let fresh = tmp.path().join("signals.new");
+    std::os::unix::fs::symlink(&b, &fresh).unwrap();
+    std::fs::rename(&fresh, &link).unwrap();
+    let sent = sigbox(&link, &["send", "steer", "after", "--target", "Executor"]);
+    assert!(sent.status.success());
+    let id = String::from_utf8(sent.stdout).unwrap().trim().to_string();
+    assert!(b.join("inputs").join(format!("{id}.json")).exists());
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("the wait slept on after its root's link was pointed elsewhere");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        printed.contains(&id),
+        "the wait missed the signal sent through the repointed link (exit {:?}): {printed} {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
