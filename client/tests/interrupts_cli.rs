@@ -324,6 +324,20 @@ fn sigint_ends_a_poll_blocked_on_a_reader_that_does_not_read() {
     a_stop_signal_ends_a_poll_blocked_on_a_reader_that_does_not_read(Signal::INT);
 }
 
+/// `sigbox --root <root> <args>` run by `sh`, so that `args` may end with redirections
+/// (`>/dev/null`, `>&-`).
+fn sigbox_sh(root: &Path, args: &str) -> std::process::Output {
+    Command::new("sh")
+        .args([
+            "-c",
+            &format!("exec \"$0\" --root \"$1\" {args}"),
+            BIN,
+            root.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap()
+}
+
 /// `poll` and `wait` whose stdout reaches nobody (closed, which the runtime turns into
 /// `/dev/null`, or `/dev/null`) take nothing and say so (exit 2); `--discard` takes on purpose.
 #[test]
@@ -338,15 +352,7 @@ fn a_poll_whose_stdout_reaches_nobody_takes_nothing() {
         ("/dev/null", "wait --as Executor --timeout 5s >/dev/null"),
         ("closed", "poll --as Executor --max 1 1>&-"),
     ] {
-        let out = Command::new("sh")
-            .args([
-                "-c",
-                &format!("exec \"$0\" --root \"$1\" {args}"),
-                BIN,
-                root.to_str().unwrap(),
-            ])
-            .output()
-            .unwrap();
+        let out = sigbox_sh(&root, args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{how}: {args}: {err}");
         assert!(
@@ -356,15 +362,7 @@ fn a_poll_whose_stdout_reaches_nobody_takes_nothing() {
         assert!(processed(&root).is_empty(), "{how}: {args}: taken unread");
     }
     // Under --json, the error names no file: `path` is null (it once held the message's start).
-    let out = Command::new("sh")
-        .args([
-            "-c",
-            "exec \"$0\" --root \"$1\" --json poll --as Executor >/dev/null",
-            BIN,
-            root.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let out = sigbox_sh(&root, "--json poll --as Executor >/dev/null");
     let err: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&out.stderr).trim()).unwrap();
     assert_eq!(err["path"], serde_json::Value::Null, "{err}");
@@ -381,15 +379,7 @@ fn a_poll_whose_stdout_reaches_nobody_takes_nothing() {
         .collect();
     assert_eq!(pending, sent);
     // On purpose.
-    let out = Command::new("sh")
-        .args([
-            "-c",
-            "exec \"$0\" --root \"$1\" poll --as Executor --discard >/dev/null",
-            BIN,
-            root.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let out = sigbox_sh(&root, "poll --as Executor --discard >/dev/null");
     assert!(out.status.success());
     assert_eq!(processed(&root), sent);
 }

@@ -214,9 +214,7 @@ fn maildir_drops_are_read_once_their_other_name_is_gone() {
 
 #[test]
 fn a_second_link_that_stays_is_refused_once_its_time_has_passed() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("signals");
-    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let (tmp, root) = fresh_root();
     let outside = tmp.path().join("outside.yaml");
     std::fs::write(&outside, "type: STEER\ntarget: Executor\nmessage: secret\n").unwrap();
     // Linked in a clock tick after its last write: complete by the settle rule.
@@ -252,6 +250,14 @@ fn a_second_link_that_stays_is_refused_once_its_time_has_passed() {
         std::fs::read_to_string(&outside).unwrap(),
         "type: STEER\ntarget: Executor\nmessage: secret\n"
     );
+}
+
+/// A new mailbox in a temporary directory (kept while the first value lives) and its root.
+fn fresh_root() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    (tmp, root)
 }
 
 /// Sends a STEER with message `msg` to the Executor; the name of its file in `inputs/`.
@@ -315,9 +321,7 @@ fn messages_of(stdout: &[u8]) -> Vec<(String, u64)> {
 #[test]
 fn a_claim_by_links_leftover_in_a_buffer_is_resolved_whatever_the_readers_rule() {
     for rule in ["0", "1"] {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("signals");
-        assert!(sigbox(&root, &["init"]).status().unwrap().success());
+        let (_tmp, root) = fresh_root();
         let first = send_to_executor(&root, "first");
         send_to_executor(&root, "second");
         let twin = leave_in_buffer(&root, &first);
@@ -342,9 +346,7 @@ fn a_claim_by_links_leftover_in_a_buffer_is_resolved_whatever_the_readers_rule()
 /// died before it put it back) is quarantined, kept whole, where a person sees it.
 #[test]
 fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_quarantines_one_alone() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("signals");
-    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let (_tmp, root) = fresh_root();
     let name = send_to_executor(&root, "done");
     assert!(
         sigbox(&root, &["poll", "--as", "Executor"])
@@ -396,9 +398,7 @@ fn gc_clears_a_claim_by_links_leftover_in_a_buffer_and_quarantines_one_alone() {
 /// file outside is untouched.
 #[test]
 fn gc_quarantines_a_leftover_whose_other_link_is_outside_the_root() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("signals");
-    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let (tmp, root) = fresh_root();
     let name = send_to_executor(&root, "kept");
     let outside = tmp.path().join("outside.json");
     std::fs::hard_link(root.join("inputs").join(&name), &outside).unwrap();
@@ -433,9 +433,7 @@ fn gc_quarantines_a_leftover_whose_other_link_is_outside_the_root() {
 #[test]
 fn a_dead_consumers_claim_with_a_leftover_in_its_buffer_comes_first() {
     for rule in ["0", "1"] {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("signals");
-        assert!(sigbox(&root, &["init"]).status().unwrap().success());
+        let (_tmp, root) = fresh_root();
         let first = send_to_executor(&root, "m1");
         send_to_executor(&root, "m2");
         send_to_executor(&root, "m3");
@@ -471,9 +469,7 @@ fn a_dead_consumers_claim_with_a_leftover_in_its_buffer_comes_first() {
 #[test]
 fn a_dead_consumers_claims_come_again_in_the_order_they_were_sent() {
     for rule in ["0", "1"] {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("signals");
-        assert!(sigbox(&root, &["init"]).status().unwrap().success());
+        let (_tmp, root) = fresh_root();
         let files: Vec<String> = ["m1", "m2", "m3"]
             .iter()
             .map(|m| send_to_executor(&root, m))
@@ -514,9 +510,7 @@ fn a_dead_consumers_claims_come_again_in_the_order_they_were_sent() {
 #[test]
 fn consumers_claiming_by_link_and_by_rename_at_once_deliver_each_signal_once() {
     for round in 0..3 {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("signals");
-        assert!(sigbox(&root, &["init"]).status().unwrap().success());
+        let (_tmp, root) = fresh_root();
         let n = 100;
         let script = format!(
             "for i in $(seq 1 {n}); do {BIN} send steer m$i --target Executor >/dev/null || exit 1; done"
@@ -563,9 +557,7 @@ fn consumers_claiming_by_link_and_by_rename_at_once_deliver_each_signal_once() {
 /// is read again.
 #[test]
 fn an_archives_leftover_in_processed_is_named_and_gc_removes_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("signals");
-    assert!(sigbox(&root, &["init"]).status().unwrap().success());
+    let (_tmp, root) = fresh_root();
     let out = sigbox(&root, &["send", "info", "to all"]).output().unwrap();
     let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(sigbox(&root, &["finish"]).status().unwrap().success());

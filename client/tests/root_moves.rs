@@ -14,20 +14,25 @@ fn sigbox(root: &Path, args: &[&str]) -> std::process::Output {
     common::sigbox_at(BIN, root, args)
 }
 
+/// A `sigbox --json wait --as Executor --timeout <timeout>` on `root`, its output piped.
+fn spawn_wait(root: &Path, timeout: &str) -> std::process::Child {
+    Command::new(BIN)
+        .arg("--root")
+        .arg(root)
+        .args(["--json", "wait", "--as", "Executor", "--timeout", timeout])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Starts a `wait`, lets it fall asleep, runs `replace`, sends to the (new) root, and returns
 /// what the wait printed and its exit status.
 fn wait_across(replace: impl FnOnce(&Path)) -> (String, Option<i32>, String) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("signals");
     assert!(sigbox(&root, &["init"]).status.success());
-    let child = Command::new(BIN)
-        .arg("--root")
-        .arg(&root)
-        .args(["--json", "wait", "--as", "Executor", "--timeout", "15s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_wait(&root, "15s");
     std::thread::sleep(Duration::from_millis(500));
     replace(&root);
     let sent = sigbox(&root, &["send", "steer", "after", "--target", "Executor"]);
@@ -85,14 +90,7 @@ fn a_wait_follows_a_root_symlink_pointed_elsewhere() {
     assert!(sigbox(&a, &["init"]).status.success());
     assert!(sigbox(&b, &["init"]).status.success());
     std::os::unix::fs::symlink(&a, &link).unwrap();
-    let mut child = Command::new(BIN)
-        .arg("--root")
-        .arg(&link)
-        .args(["--json", "wait", "--as", "Executor", "--timeout", "60s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_wait(&link, "60s");
     std::thread::sleep(Duration::from_millis(500));
     let fresh = tmp.path().join("signals.new");
     std::os::unix::fs::symlink(&b, &fresh).unwrap();

@@ -403,9 +403,11 @@ impl Mailbox {
     /// Removes staging files older than `age` that crashed writers left, at most `limit` per
     /// call: everything in `tmp/`, and sigbox's own staging names (`.<pid>.<hex>.<hint>.tmp`)
     /// in `inputs/`, `processed/`, `rejected/`, the ack directories, the buffers, the claim
-    /// slots and a bridge's directories. A staging name whose writer (its pid) still runs on this host is never
-    /// removed, whatever its age: it is a write in progress (`spec/mailbox.md` §9.7). Returns how many were removed. On ext4 without a journal, file creation slows down for minutes after
-    /// many inodes are freed (`spec/mailbox.md` §9.7): spread large clean-ups over time.
+    /// slots and a bridge's directories. A staging name whose writer (its pid) still runs on
+    /// this host is never removed, whatever its age: it is a write in progress
+    /// (`spec/mailbox.md` §9.7). Returns how many were removed. On ext4 without a journal,
+    /// file creation slows down for minutes after many inodes are freed (`spec/mailbox.md`
+    /// §9.7): spread large clean-ups over time.
     pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
         let now = ns_of(SystemTime::now());
         let stale = |p: &Path| -> Result<bool> {
