@@ -65,6 +65,11 @@ impl Dir {
     }
 }
 
+/// A directory outside every root, opened as given: its symlinks are the caller's.
+const OUTSIDE_DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::CLOEXEC);
+
 pub(super) const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
@@ -248,9 +253,8 @@ pub(crate) fn place<'p>(root: Option<&Arc<Root>>, path: &'p Path) -> io::Result<
     } else {
         parent
     };
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     Ok((
-        Dir::Owned(rustix::fs::open(parent, flags, Mode::empty())?),
+        Dir::Owned(rustix::fs::open(parent, OUTSIDE_DIR_FLAGS, Mode::empty())?),
         name,
     ))
 }
@@ -320,7 +324,7 @@ pub(crate) fn dir_at(root: Option<&Arc<Root>>, path: &Path) -> io::Result<Dir> {
     // user's (the root's own path may hold some, spec §1.0; `init` syncs its parents).
     Ok(Dir::Owned(rustix::fs::open(
         path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        OUTSIDE_DIR_FLAGS,
         Mode::empty(),
     )?))
 }
