@@ -87,6 +87,13 @@ impl Driver {
 
     /// A WebDriver command; its `value`.
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let (status, v, text) = self.try_call(method, path, body);
+        assert_eq!(status, 200, "{method} {path}: {text}");
+        v["value"].clone()
+    }
+
+    /// A WebDriver command: its status, its body as JSON, and as sent.
+    fn try_call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value, String) {
         let body = body.map(|b| b.to_string());
         let r = common::http(
             self.port,
@@ -100,8 +107,7 @@ impl Driver {
             Some(&format!("127.0.0.1:{}", self.port)),
         );
         let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-        assert_eq!(r.status, 200, "{method} {path}: {}", r.body);
-        v["value"].clone()
+        (r.status, v, r.body)
     }
 
     fn session(&self, method: &str, rest: &str, body: Option<Value>) -> Value {
@@ -144,9 +150,24 @@ impl Driver {
             .to_string()
     }
 
+    /// Clicks the element `css` selects. The page draws its cards again on every change it
+    /// is sent: an element found just before one is gone by the click ("stale element
+    /// reference"), and is found again, as a person's second look would.
     fn click(&self, css: &str) {
-        let id = self.element(css);
-        self.session("POST", &format!("/element/{id}/click"), None);
+        for _ in 0..20 {
+            let id = self.element(css);
+            let path = format!("/session/{}/element/{id}/click", self.session);
+            let (status, v, text) = self.try_call("POST", &path, None);
+            if status == 200 {
+                return;
+            }
+            assert_eq!(
+                v["value"]["error"], "stale element reference",
+                "POST {path}: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{css}: drawn again on every look");
     }
 
     /// Types `text` into the element `css` selects, key by key.
