@@ -37,7 +37,9 @@ def main():
                 cp.poll()
                 py.append((time.perf_counter_ns() - t) / 1000)
         sub = []
-        cmd = [os.path.join(release, "sigbox"), "--root", root, "poll", "--as", "Planner", "--discard"]
+        # The shipped `sigbox` (bench/run.sh sets SIGBOX_BIN_DIR), else the one beside rust_poll.
+        shipped = os.environ.get("SIGBOX_BIN_DIR", release)
+        cmd = [os.path.join(shipped, "sigbox"), "--root", root, "poll", "--as", "Planner", "--discard"]
         for _ in range(200):
             t = time.perf_counter_ns()
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

@@ -10,14 +10,18 @@
 set -euo pipefail
 dir="${1:-.}"
 cd "$(dirname "$0")/.."
-# Each shipped program on its own, as `cargo install --path <crate>` builds it: built together,
+# Each shipped program on its own, as a user builds it (README, "Installing"): `cargo ship`
+# (statically linked, .cargo/config.toml says why), the bridge dynamically. Built together,
 # their dependencies' features would be unified, and each binary would carry the others' (the
 # `sigbox` CLI 10% larger, with a start-up to match). The benchmarks last (they build only
-# libraries of the others).
-for crate in sigbox-client sigbox-mcp sigbox-bridge sigbox-console; do
-  cargo build --release -p "$crate"
+# libraries of the others) and find the programs in SIGBOX_BIN_DIR.
+for crate in sigbox-client sigbox-mcp sigbox-console; do
+  cargo ship -p "$crate"
 done
+cargo build --release --locked --target host-tuple -p sigbox-bridge
 cargo build --release -p sigbox-bench
+SIGBOX_BIN_DIR="$PWD/target/$(rustc -vV | sed -n 's/^host: //p')/release"
+export SIGBOX_BIN_DIR
 if ! python3 -c 'import dirq' 2>/dev/null; then
   python3 -m pip install --quiet dirq 2>/dev/null || echo "(python-dirq could not be installed: the field table goes without it)"
 fi

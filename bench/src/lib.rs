@@ -75,13 +75,24 @@ pub fn workdir(prefix: &str) -> (String, tempfile::TempDir) {
     (parent, tmp)
 }
 
-/// The `sigbox` binary built beside the running benchmark (`cargo build --release -p
-/// sigbox-client`).
+/// The `sigbox` binary as shipped: see [`shipped_bin`].
 pub fn sigbox_bin() -> PathBuf {
-    let bin = std::env::current_exe().unwrap().with_file_name("sigbox");
+    shipped_bin("sigbox")
+}
+
+/// One of the programs a user ships (`sigbox`, `sigbox-mcp`, `sigbox-ui`, `sigbox-bridge`):
+/// in `$SIGBOX_BIN_DIR` when set (`bench/run.sh` sets it to where `cargo ship` puts them,
+/// `target/<host>/release/`), else beside the running benchmark (`cargo build --release -p
+/// <crate>`).
+pub fn shipped_bin(name: &str) -> PathBuf {
+    let bin = match std::env::var_os("SIGBOX_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir).join(name),
+        None => std::env::current_exe().unwrap().with_file_name(name),
+    };
     assert!(
         bin.exists(),
-        "{} not found: run `cargo build --release -p sigbox-client` first",
+        "{} not found: run `cargo ship -p <crate>` (README, \"Installing\") and set SIGBOX_BIN_DIR, \
+         or `cargo build --release -p <crate>`",
         bin.display()
     );
     bin

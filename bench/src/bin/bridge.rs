@@ -109,10 +109,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let url = format!("nats://127.0.0.1:{p}");
-    let bridge = std::env::current_exe()
-        .unwrap()
-        .with_file_name("sigbox-bridge");
-    assert!(bridge.exists(), "{}: build it first", bridge.display());
+    let bridge = sigbox_bench::shipped_bin("sigbox-bridge");
     let roots: Vec<PathBuf> = ["a", "b"].iter().map(|h| dir.join(h)).collect();
     for (root, host) in roots.iter().zip(["a", "b"]) {
         Mailbox::init(root).unwrap();

@@ -25,8 +25,7 @@ struct Ui {
 
 impl Ui {
     fn start(root: &Path) -> Ui {
-        let bin = std::env::current_exe().unwrap().with_file_name("sigbox-ui");
-        assert!(bin.exists(), "{}: build it first", bin.display());
+        let bin = sigbox_bench::shipped_bin("sigbox-ui");
         let mut child = Command::new(bin)
             .arg("--root")
             .arg(root)

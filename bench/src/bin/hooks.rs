@@ -44,6 +44,28 @@ fn call(cmd: &mut Command) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
+/// How `bin` is linked and its size: a program with an interpreter (ELF `PT_INTERP`) starts
+/// through the dynamic loader; one without (`cargo ship`) does not.
+fn linkage(bin: &Path) -> String {
+    let elf = std::fs::read(bin).unwrap();
+    if elf.len() < 0x40 || &elf[..5] != b"\x7fELF\x02" {
+        return "not a 64-bit ELF program: linkage not read".into();
+    }
+    let u16_at = |at: usize| usize::from(u16::from_le_bytes([elf[at], elf[at + 1]]));
+    let phoff = usize::try_from(u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap())).unwrap();
+    let (size, count) = (u16_at(0x36), u16_at(0x38));
+    let interp = (0..count).any(|i| {
+        let at = phoff + i * size;
+        u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) == 3
+    });
+    let how = if interp {
+        "dynamically linked (`cargo build --release`)"
+    } else {
+        "statically linked (`cargo ship`)"
+    };
+    format!("{how}, {:.1} MB", elf.len() as f64 / 1e6)
+}
+
 fn main() {
     let (_, tmp) = workdir("sigbox-bench-hooks-");
     let root = tmp.path().join("signals");
@@ -61,6 +83,7 @@ fn main() {
             assert!(out.is_empty(), "an empty inbox answers nothing");
         },
     );
+    println!("`{}`: {}\n", bin.display(), linkage(&bin));
     println!("| operation | baseline p50 / p99 | sigbox p50 / p99 | ratio p50 / p99 | target |");
     println!("|---|---|---|---|---|");
     row(

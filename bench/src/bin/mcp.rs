@@ -22,10 +22,7 @@ struct Conn {
 
 impl Conn {
     fn start(root: &std::path::Path) -> Conn {
-        let bin = std::env::current_exe()
-            .unwrap()
-            .with_file_name("sigbox-mcp");
-        assert!(bin.exists(), "{}: build it first", bin.display());
+        let bin = sigbox_bench::shipped_bin("sigbox-mcp");
         let mut child = Command::new(bin)
             .arg("--root")
             .arg(root)
