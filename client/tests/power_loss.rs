@@ -102,8 +102,16 @@ fn signal_group(c: &Child, sig: rustix::process::Signal) {
     let _ = rustix::process::kill_process_group(pid, sig);
 }
 
-/// Unmounts (lazily) when dropped, so that a failed check never leaves a mount behind.
-struct Mounted(PathBuf);
+/// Unmounts (lazily) when dropped, so that a failed check never leaves a mount behind, then
+/// waits for the filesystem to be let go: a loop's `sigbox` killed in the middle of an `fsync`
+/// holds it until that write ends, and until then the image's copy cannot be mounted as the
+/// disk after the reboot (XFS refuses a second filesystem with the same UUID).
+struct Mounted {
+    mnt: PathBuf,
+    /// The loop device under it (`loop3`), freed (`mount -o loop` sets autoclear) once the
+    /// filesystem is gone.
+    device: Option<String>,
+}
 
 impl Mounted {
     fn new(img: &Path, mnt: &Path) -> Mounted {
@@ -111,14 +119,44 @@ impl Mounted {
             "mount",
             &["-o", "loop", img.to_str().unwrap(), mnt.to_str().unwrap()],
         );
-        Mounted(mnt.to_path_buf())
+        let device = loop_device_of(mnt);
+        Mounted {
+            mnt: mnt.to_path_buf(),
+            device,
+        }
     }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = run("umount", &["-l", self.0.to_str().unwrap()]);
+        let _ = run("umount", &["-l", self.mnt.to_str().unwrap()]);
+        let Some(dev) = &self.device else { return };
+        let held = Path::new("/sys/block").join(dev).join("loop/backing_file");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while held.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if held.exists() {
+            eprintln!("{dev} still holds {} after 60 s", self.mnt.display());
+        }
     }
+}
+
+/// The loop device mounted at `mnt` (`loop3`), from this process's mount table.
+fn loop_device_of(mnt: &Path) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mnt = mnt.to_str()?;
+    table.lines().rev().find_map(|line| {
+        let (fields, rest) = line.split_once(" - ")?;
+        if fields.split(' ').nth(4)? != mnt {
+            return None;
+        }
+        let source = rest.split(' ').nth(1)?;
+        source
+            .strip_prefix("/dev/")
+            .filter(|d| d.starts_with("loop"))
+            .map(String::from)
+    })
 }
 
 /// Kills the loops' process groups when dropped.
