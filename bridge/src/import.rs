@@ -2,7 +2,7 @@
 //! what it pulls into the mailbox before acknowledging it; and the sharing of this host's
 //! broadcast acks with the other hosts.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -182,6 +182,18 @@ impl Earlier {
     }
 }
 
+/// Records that `consumer`'s messages were imported here up to stream sequence `last`; never
+/// lowers what was recorded. Batches do not come in the order of the stream: when an agent
+/// moves, the importer of its old host gives back what it had taken and not written, and those
+/// messages come here after later ones (in their own order by name, spec/bridge.md §4). A
+/// record that went back would keep an arriving agent waiting for ever for a fence it had
+/// passed (`presence::arrival_over`); that every message up to the fence was written is the
+/// acknowledgement floor's to say.
+fn note_imported(seen: &mut HashMap<String, u64>, consumer: &str, last: u64) {
+    let at = seen.entry(consumer.to_string()).or_insert(last);
+    *at = (*at).max(last);
+}
+
 /// A message's stream sequence (0 when its reply subject does not say).
 fn seq_of(m: &jetstream::Message) -> u64 {
     m.info().map_or(0, |i| i.stream_sequence)
@@ -310,7 +322,7 @@ pub(crate) async fn import_from(
             let batch: Vec<jetstream::Message> = ready.into_iter().map(|(_, m)| m).collect();
             import_batch(b, batch, consumer, broadcasts).await?;
             earlier.left = earlier.left.saturating_sub(came_again);
-            lock(&b.imported_seq).insert(consumer.to_string(), last);
+            note_imported(&mut lock(&b.imported_seq), consumer, last);
         }
     }
     .await;
@@ -598,4 +610,23 @@ pub(crate) async fn double_ack(m: &jetstream::Message) -> Result<()> {
     m.double_ack()
         .await
         .map_err(|e| anyhow!("acknowledgement not confirmed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::note_imported;
+
+    #[test]
+    fn what_was_imported_never_goes_back() {
+        let mut seen = HashMap::new();
+        // An agent's new host imports 295..=301, then what its old host gave back, 246..=294.
+        for last in [301, 294, 250, 302] {
+            note_imported(&mut seen, "to-Mover2", last);
+        }
+        assert_eq!(seen["to-Mover2"], 302);
+        note_imported(&mut seen, "to-Other", 7);
+        assert_eq!((seen["to-Mover2"], seen["to-Other"]), (302, 7));
+    }
 }

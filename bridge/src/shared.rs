@@ -115,7 +115,7 @@ pub(crate) struct Bridge {
     /// a round numbered past a change of `here` saw it.
     pub(crate) rounds_begun: AtomicU64,
     pub(crate) rounds_done: AtomicU64,
-    /// Per consumer: the stream sequence of the last message acknowledged.
+    /// Per consumer: the highest stream sequence imported here (`import::note_imported`).
     pub(crate) imported_seq: Mutex<HashMap<String, u64>>,
     /// Per consumer: when this process's last pull of it ended (`import::PULL_EXPIRES`).
     pub(crate) pulls_ended: Mutex<HashMap<String, std::time::Instant>>,

@@ -210,7 +210,7 @@ fn assert_exact(o: &Outcome, hosts: &[Host]) {
     let logs = || {
         hosts
             .iter()
-            .map(|h| format!("--- {} ---\n{}", h.name, tail(&h.log(), 3000)))
+            .map(|h| format!("--- {} ---\n{}", h.name, common::tail(&h.log(), 3000)))
             .collect::<Vec<_>>()
             .join("\n")
     };
@@ -258,19 +258,11 @@ fn assert_exact(o: &Outcome, hosts: &[Host]) {
                 Instant::now() < deadline,
                 "{}: the outbox still holds {outbox} signals\n{}",
                 h.name,
-                tail(&h.log(), 3000)
+                common::tail(&h.log(), 3000)
             );
             thread::sleep(Duration::from_millis(50));
         }
     }
-}
-
-fn tail(s: &str, n: usize) -> &str {
-    let mut start = s.len().saturating_sub(n);
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
 }
 
 fn hosts_on(dir: &std::path::Path, urls: &[String], mailbox: &str, extra: &[&str]) -> Vec<Host> {
@@ -587,8 +579,8 @@ fn kills_during_bursts_of_large_signals_reorder_nothing() {
     let logs = || {
         format!(
             "--- h0 ---\n{}\n--- h1 ---\n{}",
-            tail(&h0.log(), 3000),
-            tail(&h1.log(), 3000)
+            common::tail(&h0.log(), 3000),
+            common::tail(&h1.log(), 3000)
         )
     };
     let mut counts: BTreeMap<(usize, usize), usize> = BTreeMap::new();

@@ -667,7 +667,7 @@ fn bridges_carry_on_through_a_stalled_server_and_a_wiped_one() {
     );
     // The server loses its store.
     server.kill();
-    std::fs::remove_dir_all(dir.path().join("js")).unwrap();
+    std::fs::remove_dir_all(server.store()).unwrap();
     server.restart();
     h0.mailbox().send(&steer("Ann", "after the wipe")).unwrap();
     assert_eq!(
@@ -823,7 +823,28 @@ fn an_agent_that_moves_host_gets_what_it_had_not_taken_first_in_the_order_sent()
             thread::sleep(Duration::from_millis(2));
         }
         let took_on_h2 = on_h2.join().unwrap();
-        let show = || format!("run {run}: on h1 {took_on_h1:?}\non h2 {took_on_h2:?}");
+        let show = || {
+            let logs: Vec<String> = hosts
+                .iter()
+                .map(|h| {
+                    let status = Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
+                        .args(["--root", h.root.to_str().unwrap(), "status"])
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default();
+                    format!(
+                        "--- {} ---\nstate {}\n{status}\n{}",
+                        h.name,
+                        h.state(),
+                        common::tail(&h.log(), 4000)
+                    )
+                })
+                .collect();
+            format!(
+                "run {run}: on h1 {took_on_h1:?}\non h2 {took_on_h2:?}\n{}",
+                logs.join("\n")
+            )
+        };
         // Exactly once.
         let mut all: Vec<usize> = took_on_h1.iter().chain(&took_on_h2).map(|t| t.0).collect();
         all.sort_unstable();

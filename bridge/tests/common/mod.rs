@@ -30,6 +30,15 @@ pub fn nats_server() -> PathBuf {
     shared_python::pinned_python().with_file_name("nats-server")
 }
 
+/// The last `n` bytes of `s` (fewer, to start on a character), for a log in a failure's message.
+pub fn tail(s: &str, n: usize) -> &str {
+    let mut start = s.len().saturating_sub(n);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
 /// `path` opened for appending (a process's log across its restarts).
 fn append(path: &Path) -> std::fs::File {
     std::fs::OpenOptions::new()
@@ -54,6 +63,7 @@ pub struct Server {
     config: PathBuf,
     log: PathBuf,
     child: Option<Child>,
+    store: PathBuf,
 }
 
 impl Server {
@@ -74,18 +84,24 @@ impl Server {
             ),
         )
         .unwrap();
-        Server::run(port, config, dir.join("server.log"))
+        Server::run(port, config, dir.join("server.log"), store)
     }
 
-    fn run(port: u16, config: PathBuf, log: PathBuf) -> Server {
+    fn run(port: u16, config: PathBuf, log: PathBuf, store: PathBuf) -> Server {
         let mut s = Server {
             port,
             config,
             log,
             child: None,
+            store,
         };
         s.restart();
         s
+    }
+
+    /// Its JetStream store directory.
+    pub fn store(&self) -> &Path {
+        &self.store
     }
 
     pub fn url(&self) -> String {
@@ -149,6 +165,7 @@ pub fn cluster(dir: &Path) -> Vec<Server> {
                 .map(|(_, (_, c))| format!("\"nats-route://127.0.0.1:{c}\""))
                 .collect();
             let (port, cport) = ports[i];
+            let store = d.join("js");
             let config = d.join("server.conf");
             std::fs::write(
                 &config,
@@ -156,12 +173,12 @@ pub fn cluster(dir: &Path) -> Vec<Server> {
                     "server_name: n{i}\nlisten: 127.0.0.1:{port}\n\
                      jetstream {{ store_dir: {:?}, sync_interval: always }}\n\
                      cluster {{ name: sigbox, listen: 127.0.0.1:{cport}, routes: [{}] }}\n",
-                    d.join("js"),
+                    store,
                     routes.join(", ")
                 ),
             )
             .unwrap();
-            Server::run(port, config, d.join("server.log"))
+            Server::run(port, config, d.join("server.log"), store)
         })
         .collect()
 }
