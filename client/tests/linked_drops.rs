@@ -591,3 +591,55 @@ fn an_archives_leftover_in_processed_is_named_and_gc_removes_it() {
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains(&id));
 }
+
+/// Every file under `dir` whose name ends with `suffix`.
+fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if e.file_type().unwrap().is_dir() {
+            found.extend(files_ending(&p, suffix));
+        } else if e.file_name().to_string_lossy().ends_with(suffix) {
+            found.push(p);
+        }
+    }
+    found
+}
+
+/// A consumer that dies in the middle of acknowledging a broadcast, between the two steps of
+/// removing its marker by link claims' rule (emptied and synced, then unlinked): the next pass
+/// finishes the removal, delivers nothing again and says nothing of an unreadable marker (it
+/// is sigbox's own state, not something broken).
+#[test]
+fn a_broadcast_marker_emptied_by_an_acknowledgement_cut_short_is_removed_quietly() {
+    use sigbox::{MailboxOptions, NewSignal, SignalType, Target};
+    let (_tmp, root) = fresh_root();
+    let mut o = MailboxOptions::new();
+    o.link_claims(true);
+    let mb = o.open(&root).unwrap();
+    let mut all = NewSignal::new(SignalType::Info);
+    all.target(Target::All).message("all hands").from("alice");
+    mb.send(&all).unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    assert_eq!(pass.delivered.len(), 1, "{pass:?}");
+    let markers = files_ending(&root, ".broadcast");
+    assert_eq!(markers.len(), 1, "{markers:?}");
+    // The acknowledgement's first step, then the consumer is gone (its slot lock with it).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&markers[0])
+        .unwrap();
+    drop(mb);
+    for _ in 0..2 {
+        let out = sigbox(&root, &["--json", "poll", "--as", "Executor"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "", "nothing again");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no warning");
+    }
+    assert!(files_ending(&root, ".broadcast").is_empty());
+    let out = sigbox(&root, &["doctor"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

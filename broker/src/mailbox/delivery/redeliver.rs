@@ -186,6 +186,15 @@ impl Mailbox {
         agent: &str,
     ) -> Result<Option<Delivery>> {
         let parsed = match self.io.read_untrusted(marker, MARKER_CAP)? {
+            // Emptied and not yet removed: an acknowledgement (or the take-back of a hand-over)
+            // cut off between the two steps of `Io::remove_emptied` (the filesystems whose claims
+            // go by link). The broadcast was acknowledged, or its ack is gone and it is still
+            // pending: either way the marker's removal is finished here, as nothing unusual.
+            ReadOutcome::Bytes(bytes, _) if bytes.is_empty() => {
+                tracing::debug!(file = %marker.display(), "finishing the removal of an emptied broadcast marker");
+                self.drop_marker(marker)?;
+                return Ok(None);
+            }
             ReadOutcome::Bytes(bytes, _) => serde_json::from_slice::<Value>(&bytes).ok(),
             ReadOutcome::Gone => return Ok(None),
             _ => None,
