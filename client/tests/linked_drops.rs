@@ -594,16 +594,10 @@ fn an_archives_leftover_in_processed_is_named_and_gc_removes_it() {
 
 /// Every file under `dir` whose name ends with `suffix`.
 fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if e.file_type().unwrap().is_dir() {
-            found.extend(files_ending(&p, suffix));
-        } else if e.file_name().to_string_lossy().ends_with(suffix) {
-            found.push(p);
-        }
-    }
-    found
+    common::files_under(dir)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect()
 }
 
 /// A consumer that dies in the middle of acknowledging a broadcast, between the two steps of

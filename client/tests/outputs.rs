@@ -2,10 +2,13 @@
 //! log record holds plain paths, an instant keeps the offset it was written with, and two
 //! files never give two identical lines. Through the real binary.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
 
+use common::files_under;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
@@ -71,19 +74,6 @@ fn parse_lines(text: &str) -> Vec<Value> {
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
         .collect()
-}
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// `poll --json` and `wait --json` give as `path` where the file is once the line is read:

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sigbox::{Durability, MailboxOptions, NewSignal, SignalType, Target};
 
@@ -146,4 +146,18 @@ pub(crate) fn inotify_watches(pid: u32) -> usize {
         }
     }
     n
+}
+
+/// Every file under `dir`, at any depth (nothing when `dir` cannot be read).
+pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
