@@ -91,7 +91,7 @@ pub fn shipped_bin(name: &str) -> PathBuf {
     };
     assert!(
         bin.exists(),
-        "{} not found: run `cargo ship -p <crate>` (README, \"Installing\") and set SIGBOX_BIN_DIR, \
+        "{} not found: run `cargo ship -p <crate>` (README, \"Installing what you ship\") and set SIGBOX_BIN_DIR, \
          or `cargo build --release -p <crate>`",
         bin.display()
     );
