@@ -298,6 +298,19 @@ impl Model {
         out
     }
 
+    /// The directories whose entries changed since their last fsync, as they are now: each
+    /// may also have been written back by itself before a crash (a filesystem that writes
+    /// directory blocks independently, ext4 without a journal).
+    pub fn dirty_dirs(&self) -> Vec<PathBuf> {
+        self.live_dirs(&self.root.clone())
+            .into_iter()
+            .filter(|d| {
+                let id = self.lookup(&self.rel(d)).expect("a live directory");
+                matches!(&self.nodes[id], Node::Dir { live, durable } if live != durable)
+            })
+            .collect()
+    }
+
     /// Writes the tree a crash now may leave at `dest` (which must not exist).
     pub fn durable(&self, dest: &Path) {
         std::fs::create_dir_all(dest).unwrap();

@@ -281,10 +281,11 @@ impl Mailbox {
     }
 
     /// Takes back durable deliveries that could not be handed over (a closed or full output):
-    /// each claimed file goes back where it was (no-clobber), each ack is removed with its
-    /// marker, and the directories are synced (the sources first, then the slots), so that a
-    /// later pass delivers them again; a redelivery stays in its slot. Returns how many could not be taken back (left as they are, with
-    /// a warning: claimed, recorded in `processed/`, not delivered).
+    /// each claimed file goes back where it was (no-clobber), each ack is removed durably and
+    /// then its marker, and the directories are synced (the sources first, then the slots), so
+    /// that a later pass delivers them again; a redelivery stays in its slot. Returns how many
+    /// could not be taken back (left as they are, with a warning: claimed, recorded in
+    /// `processed/`, not delivered).
     pub(in crate::mailbox) fn undo(&self, deliveries: Vec<Delivery>) -> Result<usize> {
         let mut stuck = 0;
         let mut dirs: Vec<PathBuf> = Vec::new();
@@ -307,8 +308,11 @@ impl Mailbox {
                     back == crate::io::Renamed::Done
                 }
                 Undo::Ack { ack, marker } => {
-                    let removed = self.io.remove_emptied(ack)?;
-                    note(&mut dirs, ack);
+                    // The ack's removal is durable before the marker is touched: a marker
+                    // found emptied or gone after a crash then never stands beside an ack
+                    // (which would read as handed over and acknowledged), and a marker left
+                    // beside an ack emptied by the first step is delivered again, marked.
+                    let removed = self.io.remove_owned(ack)?;
                     self.io.remove_emptied(marker)?;
                     note(&mut slots, marker);
                     removed
