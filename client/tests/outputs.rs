@@ -459,3 +459,93 @@ fn a_name_used_again_while_the_first_is_in_flight_gets_its_own_record() {
         "A is not where it was shown: {text}"
     );
 }
+
+/// A dead consumer's slot is counted by what the agent's next pass delivers again: a whole
+/// marker whose ack was written (and a claimed file) counts; an emptied marker (a removal cut
+/// short), one whose ack was never written (the broadcast is still pending, unmarked) and a
+/// directory planted under a marker's name do not. `ls --all` and `doctor` say so, the
+/// directory is named as what the next pass quarantines, and that pass delivers exactly what
+/// was announced, the still pending broadcast unmarked, and quarantines the directory.
+#[test]
+fn a_dead_slot_is_counted_by_what_its_next_pass_delivers_again() {
+    use sigbox::{MailboxOptions, NewSignal, SignalType, Target};
+    let env = Env::new();
+    let mb = MailboxOptions::new().open(&env.root).unwrap();
+    let mut ids = Vec::new();
+    for msg in ["emptied", "unacked", "whole"] {
+        let mut all = NewSignal::new(SignalType::Info);
+        all.target(Target::All).message(msg).from("alice");
+        ids.push(mb.send(&all).unwrap());
+    }
+    let mut one = NewSignal::new(SignalType::Steer);
+    one.target(Target::Agent("Executor".into()))
+        .message("claimed");
+    mb.send(&one).unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    assert_eq!(pass.delivered.len(), 4, "{pass:?}");
+    drop(mb); // the consumer is gone, its slot with it, nothing acknowledged
+    let markers: Vec<(PathBuf, String)> = files_under(&env.root)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".broadcast"))
+        .map(|p| {
+            let v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            (p, v["id"].as_str().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(markers.len(), 3, "{markers:?}");
+    let marker_of = |id: &str| markers.iter().find(|m| m.1 == id).unwrap().0.clone();
+    std::fs::write(marker_of(&ids[0]), "").unwrap();
+    std::fs::remove_file(env.root.join("acks").join(&ids[1]).join("Executor.ack")).unwrap();
+    let slot = marker_of(&ids[2]).parent().unwrap().to_path_buf();
+    let planted = slot.join("0123456789abcdef.broadcast");
+    std::fs::create_dir(&planted).unwrap();
+
+    let ls = env.json(&["ls", "--all"]);
+    let in_flight: Vec<&Value> = ls.iter().filter(|v| v["kind"] == "in_flight").collect();
+    assert_eq!(in_flight.len(), 1, "{ls:?}");
+    assert_eq!(in_flight[0]["count"], 2, "{ls:?}");
+    let doctor = env.run(&["doctor"]);
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(text.contains("2 signal(s)"), "{text}");
+    assert!(
+        text.contains(&planted.display().to_string()) && text.contains("directory"),
+        "{text}"
+    );
+
+    let out = env.run(&["--json", "poll", "--as", "Executor"]);
+    assert!(out.status.success(), "{out:?}");
+    let got = parse_lines(&String::from_utf8(out.stdout).unwrap());
+    let mut seen: Vec<(String, u64)> = got
+        .iter()
+        .map(|v| {
+            let msg = v["message"].as_str().unwrap().to_string();
+            (msg, v["redelivery"].as_u64().unwrap())
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("claimed".to_string(), 1),
+            ("unacked".to_string(), 0),
+            ("whole".to_string(), 1)
+        ],
+        "{got:?}"
+    );
+    assert!(
+        !planted.exists(),
+        "the planted directory is still in the slot"
+    );
+    let rejected = env.json(&["ls", "--all"]);
+    assert!(
+        rejected
+            .iter()
+            .any(|v| v["kind"] == "rejected" && v["name"] == "0123456789abcdef.broadcast"),
+        "{rejected:?}"
+    );
+    assert!(
+        env.ok(&["--json", "poll", "--as", "Executor"])
+            .trim()
+            .is_empty()
+    );
+}

@@ -1168,7 +1168,11 @@ fn enumerate_writebacks(
             model.apply(&o);
         }
         let dirty = model.dirty_dirs();
-        assert!(dirty.len() <= 10, "{label}: {} directories unsynced", dirty.len());
+        assert!(
+            dirty.len() <= 10,
+            "{label}: {} directories unsynced",
+            dirty.len()
+        );
         for set in 0..1u32 << dirty.len() {
             let mut image = model.clone();
             let written: Vec<&Path> = (0..dirty.len())
@@ -1182,7 +1186,10 @@ fn enumerate_writebacks(
             image.durable(&crashed);
             let ctx = format!(
                 "{label}: crash at effect {n} (completed: {completed}), written back: {:?}",
-                written.iter().map(|d| d.strip_prefix(&work).unwrap()).collect::<Vec<_>>()
+                written
+                    .iter()
+                    .map(|d| d.strip_prefix(&work).unwrap())
+                    .collect::<Vec<_>>()
             );
             check_image(
                 &ctx,

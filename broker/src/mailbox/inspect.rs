@@ -123,11 +123,20 @@ impl Mailbox {
             let Some(agent) = e.name.to_str().filter(|a| crate::signal::valid_agent(a)) else {
                 continue;
             };
-            for (slot, count, live) in self.slots_in_flight(agent)? {
-                let agent = agent.to_string();
+            for slot in self.slots_in_flight(agent)? {
+                for (path, reason) in slot.foreign {
+                    out.push(Problem {
+                        path,
+                        kind: ProblemKind::Invalid { reason },
+                    });
+                }
+                if slot.count == 0 {
+                    continue;
+                }
+                let (agent, count) = (agent.to_string(), slot.count);
                 out.push(Problem {
-                    path: slot,
-                    kind: if live {
+                    path: slot.dir,
+                    kind: if slot.live {
                         ProblemKind::Held { agent, count }
                     } else {
                         ProblemKind::InFlight { agent, count }

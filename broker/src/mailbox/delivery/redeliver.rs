@@ -28,6 +28,24 @@ pub(in crate::mailbox) struct Orphan {
     pub(super) name: OsString,
 }
 
+/// What a broadcast marker left in a slot stands for ([`Mailbox::marker_fate`]).
+pub(in crate::mailbox) enum MarkerFate {
+    /// Gone since it was listed.
+    Gone,
+    /// Emptied and not yet removed: a removal cut off between its two steps; nothing comes
+    /// again for it.
+    Emptied,
+    /// Not a marker sigbox wrote, and why: quarantined.
+    Foreign(String),
+    /// The broadcast it names is gone: dropped.
+    Stale(String),
+    /// The agent's ack was never written: the broadcast is still pending for it (delivered
+    /// as any pending broadcast, unmarked); dropped.
+    Unacked,
+    /// Delivered again, marked: the broadcast, its file name, and the redelivery count.
+    Again(Box<crate::signal::Signal>, String, u32),
+}
+
 /// True for a file name that is one path component: a marker names a file in `inputs/` or
 /// `processed/`, never a path elsewhere.
 pub(super) fn is_plain_name(file: &str) -> bool {
@@ -139,7 +157,7 @@ impl Mailbox {
     ) -> Result<Option<Delivery>> {
         let path = o.dir.join(&o.name);
         if Layout::is_marker(&o.name) {
-            return self.redeliver_broadcast(&path, agent);
+            return self.redeliver_broadcast(&o.dir, &o.name, agent, pass);
         }
         let (read, file) = self.read_claimed_signal(&path)?;
         let fname = lossy(&o.name);
@@ -177,27 +195,18 @@ impl Mailbox {
         Ok(None)
     }
 
-    /// Delivers again a broadcast whose marker a dead consumer left: when its ack was
-    /// written, the consumer may have died before handing it over. When it was not, the
-    /// broadcast is still pending for the agent and the marker is dropped.
-    pub(super) fn redeliver_broadcast(
-        &self,
-        marker: &Path,
-        agent: &str,
-    ) -> Result<Option<Delivery>> {
+    /// What a broadcast marker left in a slot stands for, read without changing anything:
+    /// what the agent's next pass does with it ([`Mailbox::redeliver_broadcast`]) and what
+    /// reports count as in flight ([`Mailbox::slots_in_flight`]).
+    pub(in crate::mailbox) fn marker_fate(&self, marker: &Path, agent: &str) -> Result<MarkerFate> {
         let parsed = match self.io.read_untrusted(marker, MARKER_CAP)? {
-            // Emptied and not yet removed: an acknowledgement (or the take-back of a hand-over)
-            // cut off between the two steps of `Io::remove_emptied` (the filesystems whose claims
-            // go by link). The broadcast was acknowledged, or its ack is gone and it is still
-            // pending: either way the marker's removal is finished here, as nothing unusual.
-            ReadOutcome::Bytes(bytes, _) if bytes.is_empty() => {
-                tracing::debug!(file = %marker.display(), "finishing the removal of an emptied broadcast marker");
-                self.drop_marker(marker)?;
-                return Ok(None);
-            }
+            ReadOutcome::Bytes(bytes, _) if bytes.is_empty() => return Ok(MarkerFate::Emptied),
             ReadOutcome::Bytes(bytes, _) => serde_json::from_slice::<Value>(&bytes).ok(),
-            ReadOutcome::Gone => return Ok(None),
-            _ => None,
+            ReadOutcome::Gone => return Ok(MarkerFate::Gone),
+            other => {
+                let why = other.rejection().unwrap_or_default();
+                return Ok(MarkerFate::Foreign(why));
+            }
         };
         let Some((file, count)) = parsed.as_ref().and_then(|v| {
             Some((
@@ -205,13 +214,14 @@ impl Mailbox {
                 v.get("redelivery").and_then(Value::as_u64).unwrap_or(0),
             ))
         }) else {
-            tracing::warn!(file = %marker.display(), "dropping an unreadable broadcast marker");
-            self.drop_marker(marker)?;
-            return Ok(None);
+            return Ok(MarkerFate::Foreign(
+                "not a broadcast marker: not JSON naming a broadcast".into(),
+            ));
         };
         if !is_plain_name(&file) {
-            self.drop_marker(marker)?;
-            return Ok(None);
+            return Ok(MarkerFate::Foreign(format!(
+                "not a broadcast marker: names {file:?}, not a file name"
+            )));
         }
         // The broadcast the marker names: the file of that name, in inputs/ or (archived
         // since) in processed/, whose identity is the marker's (a marker written before
@@ -232,10 +242,8 @@ impl Mailbox {
                 }
             }
         }
-        let Some(mut sig) = sig else {
-            tracing::warn!(broadcast = %file, "a broadcast to deliver again is gone; dropping its marker");
-            self.drop_marker(marker)?;
-            return Ok(None);
+        let Some(sig) = sig else {
+            return Ok(MarkerFate::Stale(file));
         };
         let acked = Layout::ack_names(agent)
             .into_iter()
@@ -245,16 +253,94 @@ impl Mailbox {
             .iter()
             .any(Option::is_some);
         if !acked {
-            self.drop_marker(marker)?;
-            return Ok(None);
+            return Ok(MarkerFate::Unacked);
         }
         let count = u32::try_from(count).unwrap_or(u32::MAX).saturating_add(1);
-        self.write_marker(marker, &file, &sig.id, count)?;
-        sig.fields.extend(Handled::Redelivered(count).fields(agent));
-        Ok(Some(Delivery::redelivered(
-            sig,
-            Held::Marker(marker.to_path_buf()),
-        )))
+        Ok(MarkerFate::Again(Box::new(sig), file, count))
+    }
+
+    /// Delivers again a broadcast whose marker a dead consumer left: when its ack was
+    /// written, the consumer may have died before handing it over. When it was not, the
+    /// broadcast is still pending for the agent and the marker is dropped. A marker sigbox did
+    /// not write (a directory, a FIFO, a symlink, a file that is not one) is quarantined with
+    /// the reason, and delivery goes on.
+    pub(super) fn redeliver_broadcast(
+        &self,
+        dir: &Path,
+        name: &OsStr,
+        agent: &str,
+        pass: &mut Pass,
+    ) -> Result<Option<Delivery>> {
+        let marker = dir.join(name);
+        match self.marker_fate(&marker, agent)? {
+            MarkerFate::Gone => Ok(None),
+            // Emptied and not yet removed: an acknowledgement (or the take-back of a hand-over)
+            // cut off between the two steps of `Io::remove_emptied` (the filesystems whose claims
+            // go by link). The broadcast was acknowledged, or its ack is gone and it is still
+            // pending: either way the marker's removal is finished here, as nothing unusual.
+            MarkerFate::Emptied => {
+                tracing::debug!(file = %marker.display(), "finishing the removal of an emptied broadcast marker");
+                self.drop_marker(&marker)?;
+                Ok(None)
+            }
+            MarkerFate::Foreign(reason) => {
+                self.quarantine_into(pass, dir, name, &reason, agent)?;
+                Ok(None)
+            }
+            MarkerFate::Stale(file) => {
+                tracing::warn!(broadcast = %file, "a broadcast to deliver again is gone; dropping its marker");
+                self.drop_marker(&marker)?;
+                Ok(None)
+            }
+            MarkerFate::Unacked => {
+                self.drop_marker(&marker)?;
+                Ok(None)
+            }
+            MarkerFate::Again(mut sig, file, count) => {
+                self.write_marker(&marker, &file, &sig.id, count)?;
+                sig.fields.extend(Handled::Redelivered(count).fields(agent));
+                Ok(Some(Delivery::redelivered(*sig, Held::Marker(marker))))
+            }
+        }
+    }
+
+    /// The slots of `agent` that hold signals, with how many each holds and whether a live
+    /// handle holds the slot (`false`: stranded, what the agent's next pass delivers again).
+    /// In a stranded slot, a broadcast marker counts only when the next pass delivers its
+    /// broadcast again ([`Mailbox::marker_fate`]): an emptied one, one whose broadcast is gone
+    /// or was never acked, delivers nothing again, and one sigbox did not write is listed
+    /// apart, with the reason it is quarantined. Locks each free slot for a moment (`ls`,
+    /// `doctor`).
+    pub(in crate::mailbox) fn slots_in_flight(&self, agent: &str) -> Result<Vec<SlotInFlight>> {
+        let mut out = Vec::new();
+        for (_, dir) in self.slots(agent)? {
+            let live = self.io.lock_dir(&dir)?.is_none();
+            let mut slot = SlotInFlight {
+                count: 0,
+                live,
+                foreign: Vec::new(),
+                dir,
+            };
+            for name in self.slot_entries(&slot.dir)? {
+                if live || !Layout::is_marker(&name) {
+                    slot.count += 1;
+                    continue;
+                }
+                let marker = slot.dir.join(&name);
+                match self.marker_fate(&marker, agent)? {
+                    MarkerFate::Again(..) => slot.count += 1,
+                    MarkerFate::Foreign(reason) => slot.foreign.push((marker, reason)),
+                    MarkerFate::Gone
+                    | MarkerFate::Emptied
+                    | MarkerFate::Stale(_)
+                    | MarkerFate::Unacked => {}
+                }
+            }
+            if slot.count > 0 || !slot.foreign.is_empty() {
+                out.push(slot);
+            }
+        }
+        Ok(out)
     }
 
     /// Writes a broadcast's marker at `marker`, atomically and durably: the broadcast `file`,
@@ -282,4 +368,17 @@ impl Mailbox {
         self.io.remove_owned(marker)?;
         Ok(())
     }
+}
+
+/// A slot with something in it ([`Mailbox::slots_in_flight`]).
+pub(in crate::mailbox) struct SlotInFlight {
+    /// The slot.
+    pub(in crate::mailbox) dir: PathBuf,
+    /// How many signals it holds that are in flight: held by a live handle, or delivered
+    /// again, marked, by the agent's next pass.
+    pub(in crate::mailbox) count: usize,
+    /// Whether a live handle holds it.
+    pub(in crate::mailbox) live: bool,
+    /// Broadcast markers sigbox did not write, with why: the next pass quarantines them.
+    pub(in crate::mailbox) foreign: Vec<(PathBuf, String)>,
 }

@@ -280,22 +280,4 @@ impl Mailbox {
             _lock: lock,
         }
     }
-
-    /// The slots of `agent` that hold signals, with how many each holds and whether a live
-    /// handle holds the slot (`false`: stranded, what the agent's next pass delivers again).
-    /// Locks each free slot for a moment (`ls`, `doctor`).
-    pub(in crate::mailbox) fn slots_in_flight(
-        &self,
-        agent: &str,
-    ) -> Result<Vec<(PathBuf, usize, bool)>> {
-        let mut out = Vec::new();
-        for (_, dir) in self.slots(agent)? {
-            let live = self.io.lock_dir(&dir)?.is_none();
-            let n = self.slot_entries(&dir)?.len();
-            if n > 0 {
-                out.push((dir, n, live));
-            }
-        }
-        Ok(out)
-    }
 }
