@@ -466,6 +466,31 @@ fn a_bad_event_answers_nothing_and_claims_nothing() {
     assert_eq!(mb.pending().unwrap().len(), 1, "nothing claimed");
 }
 
+/// An event whose text holds a lone surrogate, as a JavaScript runtime escapes one (a prompt
+/// cut inside a character), is answered as any other; the surrogate is text sigbox does not
+/// read.
+#[test]
+fn an_event_with_a_lone_surrogate_is_answered() {
+    let (_dir, root, mb) = fresh();
+    send(&mb, SignalType::Steer, "still here");
+    let event = br#"{"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": "cut \ud83d here \udc00", "cwd": "/"}"#;
+    let mut child = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["hook", "claude", "--as", "Executor", "--strict"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(event).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(text_of(&answer).contains("still here"), "{answer}");
+    assert!(mb.pending().unwrap().is_empty());
+}
+
 /// An answer that cannot be written hands nothing over: the next call gets the signal again,
 /// marked as a redelivery.
 #[test]

@@ -346,8 +346,9 @@ fn carries(runtime: Runtime, event: Event) -> bool {
     !(runtime == Runtime::Copilot && event == Event::UserPrompt)
 }
 
-/// The event on stdin: one JSON object of at most [`MAX_EVENT`] bytes.
-fn read_json() -> Result<Value, String> {
+/// The event on stdin: one JSON object of at most [`MAX_EVENT`] bytes, and whether a lone
+/// surrogate in it was written as the replacement character ([`mend_lone_surrogates`]).
+fn read_json() -> Result<(Value, bool), String> {
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
@@ -357,12 +358,53 @@ fn read_json() -> Result<Value, String> {
     if bytes.len() as u64 > MAX_EVENT {
         return Err(format!("the event is over {MAX_EVENT} bytes"));
     }
-    let v: Value = serde_json::from_slice(&bytes)
+    let json = mend_lone_surrogates(&bytes);
+    let v: Value = serde_json::from_slice(&json)
         .map_err(|e| format!("the event on stdin is not JSON: {e}"))?;
     if !v.is_object() {
         return Err("the event on stdin is not a JSON object".into());
     }
-    Ok(v)
+    Ok((v, matches!(json, std::borrow::Cow::Owned(_))))
+}
+
+/// `json` with each escaped lone surrogate (a `\ud800` not followed by its pair, or a
+/// `\udc00` alone) written `\ufffd`, the replacement character. A JavaScript runtime's
+/// `JSON.stringify` escapes a lone surrogate so (a prompt or tool output cut inside a
+/// character has one), and serde_json refuses it: the event would be skipped for one
+/// character of text sigbox does not read.
+fn mend_lone_surrogates(json: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let escape_at = |at: usize| -> Option<u16> {
+        let hex = json.get(at..at + 6)?.strip_prefix(b"\\u")?;
+        u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+    };
+    let mut mended: Option<Vec<u8>> = None;
+    let (mut i, mut copied) = (0, 0);
+    while i < json.len() {
+        if json[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        match escape_at(i) {
+            Some(0xD800..=0xDBFF) if matches!(escape_at(i + 6), Some(0xDC00..=0xDFFF)) => i += 12,
+            Some(0xD800..=0xDFFF) => {
+                let out = mended.get_or_insert_with(Vec::new);
+                out.extend_from_slice(&json[copied..i]);
+                out.extend_from_slice(b"\\ufffd");
+                i += 6;
+                copied = i;
+            }
+            // Any other escape, `\\` included: both bytes, so that an escaped backslash
+            // never starts one.
+            _ => i += 2,
+        }
+    }
+    match mended {
+        None => std::borrow::Cow::Borrowed(json),
+        Some(mut out) => {
+            out.extend_from_slice(&json[copied..]);
+            std::borrow::Cow::Owned(out)
+        }
+    }
 }
 
 /// Reads the event `v`: the runtime that sent it and the event. `Err` says why it is
@@ -418,11 +460,20 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::SUCCESS)
     };
-    let v = match read_json() {
+    let (v, mended) = match read_json() {
         Ok(v) => v,
         Err(why) => return quiet_fail(why),
     };
     if let Some(runtime) = permission::wants(args.runtime, args.event.as_deref(), &v) {
+        // A person is never asked to approve text other than what the runtime sent: such a
+        // request is left to the runtime's own prompt.
+        if mended {
+            return quiet_fail(
+                "the permission request holds a lone surrogate (an escape such as \\ud800): \
+                 no request is made of it; the runtime asks in its own way"
+                    .into(),
+            );
+        }
         return Ok(permission::run(root, args, runtime, &v));
     }
     let (runtime, event) = match read_event(args.runtime, args.event.as_deref(), &v) {
@@ -593,4 +644,32 @@ pub(crate) fn run(root: &Path, args: &HookArgs) -> anyhow::Result<ExitCode> {
         return quiet_fail(format!("cannot acknowledge what was handed over: {e}"));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mend_lone_surrogates;
+
+    #[test]
+    fn only_lone_surrogates_are_mended() {
+        for (json, want) in [
+            (r#""\ud800""#, r#""\ufffd""#),
+            (r#""\uDC00x""#, r#""\ufffdx""#),
+            (r#""a\ud800\u0041""#, r#""a\ufffd\u0041""#),
+            (r#""\ud800\ud83d\ude00""#, r#""\ufffd\ud83d\ude00""#),
+            (r#""\ud800"#, r#""\ufffd"#),
+            (r#""\ud83d\ude00""#, r#""\ud83d\ude00""#),
+            (r#""\\ud800""#, r#""\\ud800""#),
+            (r#""\\\ud800""#, r#""\\\ufffd""#),
+            (r#""\ud80""#, r#""\ud80""#),
+        ] {
+            let got = mend_lone_surrogates(json.as_bytes());
+            assert_eq!(String::from_utf8_lossy(&got), want, "{json}");
+            assert_eq!(
+                matches!(got, std::borrow::Cow::Borrowed(_)),
+                json == want,
+                "{json}: copied only when mended"
+            );
+        }
+    }
 }
