@@ -1823,3 +1823,44 @@ fn quarantined_entries_under_staging_names_are_listed_and_cleared() {
     );
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "kept");
 }
+
+/// `sigbox mcp`, `ui` and `bridge` run a program installed beside `sigbox`; without it they
+/// fail with exit 2, naming the path looked at and how to install it.
+#[test]
+fn a_program_not_installed_beside_sigbox_is_named_with_how_to_install_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("sigbox");
+    std::fs::copy(BIN, &alone).unwrap();
+    let root = dir.path().join("signals");
+    assert!(
+        Command::new(&alone)
+            .arg("--root")
+            .arg(&root)
+            .arg("init")
+            .status()
+            .unwrap()
+            .success()
+    );
+    for (cmd, program, args) in [
+        ("mcp", "sigbox-mcp", &["--as", "Executor"][..]),
+        ("ui", "sigbox-ui", &[][..]),
+        ("bridge", "sigbox-bridge", &["--nats", "nats://127.0.0.1:1"][..]),
+    ] {
+        let out = Command::new(&alone)
+            .arg("--root")
+            .arg(&root)
+            .arg(cmd)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains(&dir.path().join(program).display().to_string())
+                && err.contains("Installing what you ship")
+                && err.contains("cargo install --path"),
+            "{cmd}: {err}"
+        );
+    }
+}

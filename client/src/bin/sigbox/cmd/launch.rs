@@ -51,7 +51,8 @@ pub(crate) fn exec_beside(
     let path = exe.with_file_name(program);
     if !path.exists() {
         bail!(
-            "{}: not installed; install it with `cargo install --path {crate_dir}` (beside sigbox)",
+            "{}: not installed; install it beside sigbox, as the README's \"Installing what \
+             you ship\" says, or with `cargo install --path {crate_dir}`",
             path.display()
         );
     }
