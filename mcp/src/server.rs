@@ -124,17 +124,34 @@ impl Server {
     }
 
     /// Takes what is claimed and not returned, to return it now (unless `ct` says the call
-    /// was cancelled: then it stays for the next call).
+    /// was cancelled: then it stays for the next call). Once the client has closed its input,
+    /// what is claimed stays too, and a call that holds claims says so: an empty list would
+    /// tell a client still reading stdout that nothing came.
     pub(crate) fn take_unreturned(
         &self,
         id: &rmcp::model::RequestId,
         ct: &tokio_util::sync::CancellationToken,
         peer: &rmcp::Peer<rmcp::RoleServer>,
-    ) -> Vec<Signal> {
+    ) -> Result<Vec<Signal>, String> {
         // A cancelled call's answer is not sent; nor is any once the client has closed the
         // connection (the server drains its calls): what they claimed stays for a successor.
-        if ct.is_cancelled() || peer.is_transport_closed() || self.closed.load(Ordering::SeqCst) {
-            return Vec::new();
+        if ct.is_cancelled() || peer.is_transport_closed() {
+            return Ok(Vec::new());
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            let held = self
+                .unreturned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .len();
+            if held == 0 {
+                return Ok(Vec::new());
+            }
+            return Err(format!(
+                "the client closed its input while this call ran: the {held} signal(s) it \
+                 claimed are kept, and come again (marked as redeliveries) at the agent's next \
+                 checkpoint"
+            ));
         }
         let _cp = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
         let got = std::mem::take(&mut *self.unreturned.lock().unwrap_or_else(|e| e.into_inner()));
@@ -145,7 +162,7 @@ impl Server {
                 .push((id.clone(), got.clone()));
             self.unacked.store(true, Ordering::SeqCst);
         }
-        got
+        Ok(got)
     }
 }
 
@@ -185,7 +202,7 @@ impl Server {
         let _busy = Busy::new(&self.busy);
         self.pass(None).await?;
         Ok(signals_result(
-            &self.take_unreturned(&ctx.id, &ctx.ct, &ctx.peer),
+            &self.take_unreturned(&ctx.id, &ctx.ct, &ctx.peer)?,
         ))
     }
 
@@ -215,7 +232,7 @@ impl Server {
             let any = self.pass(Some(left.min(CANCEL_CHECK))).await?;
             let gone = peer.is_transport_closed() || self.closed.load(Ordering::SeqCst);
             if any || left <= CANCEL_CHECK || ct.is_cancelled() || gone {
-                return Ok(signals_result(&self.take_unreturned(id, ct, peer)));
+                return Ok(signals_result(&self.take_unreturned(id, ct, peer)?));
             }
         }
     }

@@ -538,6 +538,39 @@ class McpServer(unittest.TestCase):
                 self.assertEqual([g["message"] for g in got], ["late"], got)
         self.run_async(go())
 
+    def test_a_check_cut_off_by_a_closed_input_says_what_it_keeps(self):
+        # Requests piped in and stdin closed at once, as a script does: the check runs while
+        # the input is already closed. Its answer is the signal, or an error saying it is kept
+        # and comes again; never an empty list while the signal waits in flight.
+        sigbox(self.root, "send", "steer", "kept", "--target", "Executor")
+        requests = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "check", "arguments": {}}},
+        ]
+        out = subprocess.run(
+            [MCP_BIN, "--root", self.root, "--as", "Executor"],
+            input="".join(json.dumps(r) + "\n" for r in requests),
+            capture_output=True, text=True, timeout=30,
+        )
+        answers = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
+        answer = [a for a in answers if a.get("id") == 2]
+        self.assertEqual(len(answer), 1, out.stdout)
+        result = answer[0]["result"]
+        async def go():
+            async with server(self.root) as s:
+                return text(await s.call_tool("check", {}))["signals"]
+        later = self.run_async(go())
+        if result.get("isError"):
+            self.assertIn("come again", result["content"][0]["text"], result)
+            self.assertEqual([(g["message"], g["redelivery"]) for g in later], [("kept", 1)], later)
+        else:
+            got = json.loads(result["content"][0]["text"])["signals"]
+            self.assertEqual([g["message"] for g in got], ["kept"], result)
+            self.assertEqual(later, [], "answered and read, yet given again")
+
     def log_ids(self):
         return [json.loads(l)["id"] for l in sigbox(self.root, "--json", "log").splitlines()]
 
