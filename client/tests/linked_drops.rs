@@ -501,6 +501,77 @@ fn a_dead_consumers_claims_come_again_in_the_order_they_were_sent() {
     }
 }
 
+/// Freely named dropped files are ordered by the `created_at` of their body, else by their
+/// mtime (spec/mailbox.md §4). A consumer that claimed them with a sent signal and died
+/// before acknowledging: the next pass delivers the three again in the order the first did,
+/// as the handling block each claim wrote (and the redelivery's after it) leaves the order
+/// where it was. Before, a dropped file came again by the claim's time, after the sent one.
+#[test]
+fn a_dead_consumers_dropped_files_come_again_in_their_place() {
+    use sigbox::{MailboxOptions, NewSignal, SignalType, Target};
+    for rule in ["0", "1"] {
+        let (_tmp, root) = fresh_root();
+        let hour = Duration::from_secs(3600);
+        let drop_whole = |name: &str, body: String, age: Duration| {
+            let stage = root.join(format!("stage-{name}"));
+            std::fs::write(&stage, body).unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&stage)
+                .unwrap()
+                .set_modified(std::time::SystemTime::now() - age)
+                .unwrap();
+            std::fs::rename(&stage, root.join("inputs").join(name)).unwrap();
+        };
+        let three_hours_ago = (chrono::Utc::now() - chrono::Duration::hours(3)).to_rfc3339();
+        drop_whole(
+            "first.json",
+            format!(
+                r#"{{"type": "INFO", "target": "Executor", "message": "first", "created_at": "{three_hours_ago}"}}"#
+            ),
+            hour,
+        );
+        drop_whole(
+            "second.yaml",
+            "type: INFO\ntarget: Executor\nmessage: second\n".into(),
+            2 * hour,
+        );
+        let mut o = MailboxOptions::new();
+        o.link_claims(rule == "1");
+        let mb = o.open(&root).unwrap();
+        let mut third = NewSignal::new(SignalType::Info);
+        third.target(Target::Agent("Executor".into())).message("third");
+        mb.send(&third).unwrap();
+        let first: Vec<String> = mb
+            .pass("Executor", None)
+            .unwrap()
+            .delivered
+            .iter()
+            .map(|s| s.message.clone().unwrap())
+            .collect();
+        assert_eq!(first, ["first", "second", "third"], "rule {rule}");
+        drop(mb); // gone before acknowledging
+        let want = |n| {
+            ["first", "second", "third"]
+                .iter()
+                .map(|m| (m.to_string(), n))
+                .collect::<Vec<_>>()
+        };
+        // Delivered again by a second consumer that dies too, then by `poll`.
+        let mb = o.open(&root).unwrap();
+        let again: Vec<(String, u64)> = mb
+            .pass("Executor", None)
+            .unwrap()
+            .delivered
+            .iter()
+            .map(|s| (s.message.clone().unwrap(), u64::from(s.redelivery())))
+            .collect();
+        assert_eq!(again, want(1), "rule {rule}");
+        drop(mb);
+        assert_eq!(poll_by(&root, rule), want(2), "rule {rule}");
+    }
+}
+
 /// Two consumers of one agent at the same moment, one claiming by link and one by rename
 /// (`SIGBOX_LINK_CLAIMS` set differently for each): a file both took has a link in each one's
 /// slot. The first to resolve it yields its link and the other delivers it, in the same

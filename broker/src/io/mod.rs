@@ -59,8 +59,9 @@ pub enum FsOp<'a> {
     /// (`pwrite` at `at`, then `ftruncate` to `at + data.len()` when the file was longer): how
     /// a claim records its handling inside the record (spec/mailbox.md §3.4).
     ReplaceTail(&'a Path, u64, &'a [u8]),
-    /// Sets the mtime of the file at `path` to now (`futimens`): a file sigbox put back where
-    /// it was reads as written now, so it settles again (spec/mailbox.md §2.4).
+    /// Sets the mtime of the file at `path` (`futimens`): to now, for a file sigbox put back
+    /// where it was, which reads as written now, so it settles again (spec/mailbox.md §2.4);
+    /// back to what it was, for a record ordered by its mtime (§4) that sigbox wrote into.
     Touch(&'a Path),
     /// `fsync` of the file at `path`.
     SyncFile(&'a Path),

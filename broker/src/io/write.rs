@@ -144,6 +144,15 @@ impl Io {
         .map_err(|e| Error::io(path, "cannot set the modification time of", e))
     }
 
+    /// Sets the mtime of `file` (at `path`) back to `mtime_ns`: a record whose order comes
+    /// from its mtime keeps it across the handling block written into it.
+    pub(crate) fn keep_mtime(&self, file: &File, path: &Path, mtime_ns: i128) -> Result<()> {
+        self.check_poison(path)?;
+        let when = crate::clock::time_of(mtime_ns);
+        self.effect(FsOp::Touch(path), || file.set_modified(when))
+            .map_err(|e| Error::io(path, "cannot set the modification time of", e))
+    }
+
     /// `fdatasync` (when durable). A failed fsync poisons the handle.
     pub(crate) fn sync_data(&self, file: &File, path: &Path) -> Result<()> {
         self.check_poison(path)?;

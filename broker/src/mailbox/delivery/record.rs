@@ -150,7 +150,10 @@ impl Mailbox {
                                 tracing::debug!(file = %dest.display(), "no handling record: it would not stay one document");
                                 Ok(())
                             }
-                            Some(f) => self.io.replace_tail(&f, dest, a.span(&bytes), &a.tail),
+                            Some(f) => self
+                                .io
+                                .replace_tail(&f, dest, a.span(&bytes), &a.tail)
+                                .and_then(|()| self.keep_order(&f, dest, &fname, &stamp)),
                             None => self.io.replace_tail_unsynced(dest, a.span(&bytes), &a.tail),
                         };
                         match appended {

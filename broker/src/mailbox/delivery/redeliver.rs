@@ -46,6 +46,15 @@ pub(in crate::mailbox) enum MarkerFate {
     Again(Box<crate::signal::Signal>, String, u32),
 }
 
+/// The FIFO instant a file's name gives (a canonical name, or an upstream Ralph form).
+fn name_instant(name: &OsStr) -> Option<i128> {
+    match name::classify(name) {
+        NameKind::Canonical(c) => Some(c.instant),
+        NameKind::Foreign { instant, .. } => instant,
+        _ => None,
+    }
+}
+
 /// True for a file name that is one path component: a marker names a file in `inputs/` or
 /// `processed/`, never a path elsewhere.
 pub(super) fn is_plain_name(file: &str) -> bool {
@@ -128,21 +137,44 @@ impl Mailbox {
         Ok(out.into_iter().map(|(_, o)| o).collect())
     }
 
-    /// The instant an orphan is delivered again by, oldest first: the FIFO instant its name
-    /// gives, as the listing it was claimed from ordered it (spec §4), else its mtime. Not the
-    /// mtime alone: a claim whose handling block was written carries the claim's time, one
-    /// interrupted before carries the send's, and a consumer killed between the two would
-    /// have its claims come back out of order.
+    /// The instant an orphan is delivered again by, oldest first, as the listing it was
+    /// claimed from ordered it (spec §4): the FIFO instant its name gives, else its body's
+    /// `created_at`, else its mtime (which the handling blocks written into it leave as it
+    /// was: [`Mailbox::keep_order`]). Not the mtime alone: a claim whose handling block was
+    /// written would carry the claim's time, one interrupted before carries the send's, and a
+    /// consumer killed between the two would have its claims come back out of order.
     fn fifo_instant(&self, dir: &Path, name: &OsStr) -> Result<i128> {
-        let from_name = match name::classify(name) {
-            NameKind::Canonical(c) => Some(c.instant),
-            NameKind::Foreign { instant, .. } => instant,
-            _ => None,
-        };
-        match from_name {
-            Some(at) => Ok(at),
-            None => Ok(self.io.stamp(&dir.join(name))?.map_or(0, |s| s.mtime_ns)),
+        if let Some(at) = name_instant(name) {
+            return Ok(at);
         }
+        if Layout::is_marker(name) {
+            return Ok(self.io.stamp(&dir.join(name))?.map_or(0, |s| s.mtime_ns));
+        }
+        let path = dir.join(name);
+        Ok(match self.read_signal_file(&path)? {
+            ReadOutcome::Bytes(bytes, stamp) => body::read_signal(&bytes, &lossy(name), &path)
+                .ok()
+                .and_then(|s| s.created_at?.timestamp_nanos_opt())
+                .map_or(stamp.mtime_clamped_ns(), i128::from),
+            _ => self.io.stamp(&path)?.map_or(0, |s| s.mtime_ns),
+        })
+    }
+
+    /// Sets the mtime of the record `path` (named `fname`, open as `file`), whose handling
+    /// block was just written, back to what it was (`stamp`, read before), no later than its
+    /// arrival, when its order comes from it (a name with no instant, spec §4): a consumer
+    /// that dies with it in flight has it come again in its place.
+    pub(in crate::mailbox) fn keep_order(
+        &self,
+        file: &std::fs::File,
+        path: &Path,
+        fname: &str,
+        stamp: &crate::sys::Stamp,
+    ) -> Result<()> {
+        if name_instant(OsStr::new(fname)).is_some() {
+            return Ok(());
+        }
+        self.io.keep_mtime(file, path, stamp.mtime_clamped_ns())
     }
 
     /// Delivers an orphan again: a claimed file gets a handling block with its redelivery
@@ -174,6 +206,7 @@ impl Mailbox {
                         match file {
                             Some(f) if body::records_whole(&bytes, format, &a) => {
                                 self.io.replace_tail(&f, &path, a.span(&bytes), &a.tail)?;
+                                self.keep_order(&f, &path, &fname, &stamp)?;
                                 self.io.sync_data(&f, &path)?;
                             }
                             Some(_) => {
