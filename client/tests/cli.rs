@@ -1844,7 +1844,11 @@ fn a_program_not_installed_beside_sigbox_is_named_with_how_to_install_it() {
     for (cmd, program, args) in [
         ("mcp", "sigbox-mcp", &["--as", "Executor"][..]),
         ("ui", "sigbox-ui", &[][..]),
-        ("bridge", "sigbox-bridge", &["--nats", "nats://127.0.0.1:1"][..]),
+        (
+            "bridge",
+            "sigbox-bridge",
+            &["--nats", "nats://127.0.0.1:1"][..],
+        ),
     ] {
         let out = Command::new(&alone)
             .arg("--root")

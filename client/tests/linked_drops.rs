@@ -540,7 +540,9 @@ fn a_dead_consumers_dropped_files_come_again_in_their_place() {
         o.link_claims(rule == "1");
         let mb = o.open(&root).unwrap();
         let mut third = NewSignal::new(SignalType::Info);
-        third.target(Target::Agent("Executor".into())).message("third");
+        third
+            .target(Target::Agent("Executor".into()))
+            .message("third");
         mb.send(&third).unwrap();
         let first: Vec<String> = mb
             .pass("Executor", None)
