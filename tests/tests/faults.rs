@@ -447,3 +447,103 @@ fn a_failed_listing_fails_the_pass_and_loses_nothing() {
     assert_eq!(again.delivered.len(), 1);
     assert_eq!(again.delivered[0].id, id);
 }
+
+/// Holds the orchestrator's archive of a broadcast (its move out of `inputs/`) for a moment,
+/// once, after telling `go`: what another process does meanwhile comes between the archive's
+/// reading of the acks and its move.
+struct SlowArchive {
+    inputs: std::path::PathBuf,
+    go: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+}
+
+impl FsHook for SlowArchive {
+    fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
+        let from = match op {
+            FsOp::Rename { from, .. } | FsOp::Link { from, .. } => *from,
+            _ => return Ok(()),
+        };
+        if from.parent() == Some(self.inputs.as_path())
+            && let Some(go) = self.go.lock().unwrap().take()
+        {
+            go.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        Ok(())
+    }
+}
+
+/// A broadcast's hand-over to the Executor fails while the orchestrator archives it, the
+/// Executor's ack counted among the quorum's: after the archive (`before`), or between the
+/// archive's reading of the acks and its move (`during`, the archive held there while the
+/// take-back runs). The take-back never removes an ack the archive counted: the broadcast
+/// stays in flight and the Executor's next pass delivers it, marked, from `processed/`.
+/// Before, the ack was removed and the broadcast, archived as delivered to all, never
+/// reached the Executor.
+#[test]
+fn a_broadcast_archived_while_its_hand_over_fails_still_reaches_the_agent() {
+    for during in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut opts = MailboxOptions::new();
+        opts.settle(std::time::Duration::ZERO);
+        let mb = opts.init(tmp.path()).unwrap();
+        let id = mb.send(&NewSignal::new(SignalType::Info)).unwrap(); // a broadcast
+        for a in ["Planner", "Questioner", "Reviewer"] {
+            assert_eq!(mb.pass(a, None).unwrap().delivered.len(), 1, "{a}");
+            mb.ack(a).unwrap();
+        }
+        let (go, archiving) = std::sync::mpsc::channel();
+        let mut orch_opts = opts.clone();
+        if during {
+            orch_opts.hook(Arc::new(SlowArchive {
+                inputs: tmp.path().join("inputs"),
+                go: std::sync::Mutex::new(Some(go.clone())),
+            }));
+        }
+        let orch = orch_opts.open(tmp.path()).unwrap();
+        let (handing, handed) = std::sync::mpsc::channel();
+        let (fail, failing) = std::sync::mpsc::channel::<()>();
+        let executor = std::thread::spawn({
+            let mb = opts.open(tmp.path()).unwrap();
+            move || {
+                let err = mb
+                    .pass_with("Executor", None, &sigbox::PassControl::new(), &mut |s| {
+                        handing.send(s.len()).unwrap();
+                        failing.recv().unwrap();
+                        Err(io::Error::from_raw_os_error(28))
+                    })
+                    .unwrap_err();
+                (mb, err.to_string())
+            }
+        });
+        assert_eq!(handed.recv().unwrap(), 1);
+        let archiver =
+            std::thread::spawn(move || orch.pass("Orchestrator", None).map(|p| p.archived.len()));
+        if during {
+            archiving.recv().unwrap(); // the archive has read the acks
+            fail.send(()).unwrap();
+            assert_eq!(archiver.join().unwrap().unwrap(), 1);
+        } else {
+            assert_eq!(archiver.join().unwrap().unwrap(), 1);
+            fail.send(()).unwrap();
+        }
+        let (mb, err) = executor.join().unwrap();
+        assert!(
+            err.contains("stay in flight and come again, marked"),
+            "{err}"
+        );
+        let again = mb.pass("Executor", None).unwrap();
+        let got: Vec<(String, u32)> = again
+            .delivered
+            .iter()
+            .map(|s| (s.id.clone(), s.redelivery()))
+            .collect();
+        assert_eq!(got, [(id.clone(), 1)], "during: {during}");
+        mb.ack("Executor").unwrap();
+        assert!(mb.pass("Executor", None).unwrap().delivered.is_empty());
+        let record = mb.processed().unwrap();
+        assert_eq!(record.len(), 1);
+        let r = record[0].as_ref().unwrap();
+        assert_eq!(r.fields["delivery_status"], "delivered");
+        assert_eq!(mb.acked_by(&id).unwrap().len(), 5, "during: {during}");
+    }
+}

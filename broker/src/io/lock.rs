@@ -91,6 +91,27 @@ impl Io {
         }
     }
 
+    /// [`Io::lock_dir`], waiting for the lock while another holds it: `Ok(None)` only when
+    /// the directory is gone. For a decision made across processes in a few steps (a
+    /// broadcast's archive against the take-back of one of its acks, spec/mailbox.md §9.4).
+    pub(crate) fn wait_lock_dir(&self, path: &Path) -> Result<Option<File>> {
+        let file = match self.dir(path) {
+            Ok(d) => d
+                .into_file()
+                .map_err(|e| Error::io(path, "cannot open directory", e))?,
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        file.lock()
+            .map_err(|e| Error::io(path, "cannot lock directory", e))?;
+        Ok(Some(file))
+    }
+
     /// True when another open file description holds a lock on `path` (a non-blocking
     /// exclusive `flock` fails); false when nobody does or the file cannot be opened. Takes
     /// and releases the lock at once.

@@ -226,6 +226,10 @@ impl Mailbox {
         let Some((id, stamp)) = self.identify(&self.layout.inputs.join(name), name)? else {
             return Ok(None);
         };
+        // The acks are read and the broadcast archived under the lock on its acks, which the
+        // take-back of an ack waits for (`Mailbox::undo`): an ack counted here is never
+        // removed before the broadcast has left `inputs/`.
+        let _decided = self.io.wait_lock_dir(&self.layout.ack_dir(&id))?;
         if !self.unacked(&id, &stamp)?.is_empty() {
             return Ok(None);
         }
@@ -274,6 +278,8 @@ impl Mailbox {
             else {
                 continue;
             };
+            // As in `archive_if_acked`: an ack counted here stays until the archive is done.
+            let _decided = self.io.wait_lock_dir(&self.layout.ack_dir(&id))?;
             let unacked = self.unacked(&id, &stamp)?;
             let status = if unacked.is_empty() {
                 Archived::Delivered

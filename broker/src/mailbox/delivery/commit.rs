@@ -283,11 +283,13 @@ impl Mailbox {
     /// Takes back durable deliveries that could not be handed over (a closed or full output):
     /// each claimed file goes back where it was (no-clobber), each ack is removed durably and
     /// then its marker, and the directories are synced (the sources first, then the slots), so
-    /// that a later pass delivers them again; a redelivery stays in its slot. Returns how many
-    /// could not be taken back (left as they are, with a warning: claimed, recorded in
-    /// `processed/`, not delivered).
-    pub(in crate::mailbox) fn undo(&self, deliveries: Vec<Delivery>) -> Result<usize> {
+    /// that a later pass delivers them again; a redelivery stays in its slot, and so does a
+    /// broadcast archived meanwhile (its ack counted). Returns how many could not be taken
+    /// back (left as they are, with a warning: claimed, recorded in `processed/`, not
+    /// delivered), and how many stay in flight by design (to come again, marked).
+    pub(in crate::mailbox) fn undo(&self, deliveries: Vec<Delivery>) -> Result<TakenBack> {
         let mut stuck = 0;
+        let mut kept = 0;
         let mut dirs: Vec<PathBuf> = Vec::new();
         let mut slots: Vec<PathBuf> = Vec::new();
         let note = |list: &mut Vec<PathBuf>, p: &Path| {
@@ -308,6 +310,18 @@ impl Mailbox {
                     back == crate::io::Renamed::Done
                 }
                 Undo::Ack { ack, marker } => {
+                    // Under the lock an archive of the broadcast reads its acks under: one
+                    // that counted this ack has moved the broadcast out of `inputs/` by now,
+                    // and the ack and marker then stay (the agent's next pass delivers it
+                    // again, marked, from `processed/`): removed, it would be lost.
+                    let _decided = match ack.parent() {
+                        Some(dir) => self.io.wait_lock_dir(dir)?,
+                        None => None,
+                    };
+                    if self.io.stamp(&d.signal.path)?.is_none() {
+                        kept += 1;
+                        continue;
+                    }
                     // The ack's removal is durable before the marker is touched: a marker
                     // found emptied or gone after a crash then never stands beside an ack
                     // (which would read as handed over and acknowledged), and a marker left
@@ -317,7 +331,10 @@ impl Mailbox {
                     note(&mut slots, marker);
                     removed
                 }
-                Undo::Keep => true,
+                Undo::Keep => {
+                    kept += 1;
+                    continue;
+                }
             };
             if !done {
                 stuck += 1;
@@ -327,6 +344,15 @@ impl Mailbox {
         for dir in dirs.iter().chain(&slots) {
             self.io.sync_dir(dir)?;
         }
-        Ok(stuck)
+        Ok(TakenBack { stuck, kept })
     }
+}
+
+/// What [`Mailbox::undo`] could not take back.
+pub(in crate::mailbox) struct TakenBack {
+    /// Left as they were, with a warning: claimed and not delivered.
+    pub(in crate::mailbox) stuck: usize,
+    /// In flight by design: the agent's next pass delivers them again, marked (a redelivery,
+    /// a broadcast archived meanwhile).
+    pub(in crate::mailbox) kept: usize,
 }

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::commit::TakenBack;
 use super::{Batch, Delivery, Flight, GROUP_COMMIT, Held};
 use crate::error::{Error, Result};
 use crate::mailbox::Mailbox;
@@ -153,7 +154,7 @@ impl<'p, 'h> Deliveries<'p, 'h> {
         if let Err(e) = (self.to)(&signals) {
             self.failed = true;
             // Claimed but not handed over: put back for a later pass, never stranded.
-            let ready = signals
+            let ready: Vec<Delivery> = signals
                 .into_iter()
                 .zip(rest)
                 .map(|(signal, (pending, undo, held))| Delivery {
@@ -163,13 +164,27 @@ impl<'p, 'h> Deliveries<'p, 'h> {
                     held,
                 })
                 .collect();
-            let stuck = self.roll_back(ready)?;
-            let reason = match stuck {
-                0 => "cannot hand the claimed signals over; they are pending again".to_string(),
-                n => format!(
-                    "cannot hand the claimed signals over; {n} of them could not be put back \
-                     and stay in flight"
-                ),
+            let all = ready.len();
+            let back = self.roll_back(ready)?;
+            let pending = all - back.stuck - back.kept;
+            let reason = if pending == all {
+                "cannot hand the claimed signals over; they are pending again".to_string()
+            } else {
+                let mut said = vec![format!("{pending} of them are pending again")];
+                if back.kept > 0 {
+                    said.push(format!(
+                        "{} (delivered again, or a broadcast archived meanwhile) stay in flight \
+                         and come again, marked",
+                        back.kept
+                    ));
+                }
+                if back.stuck > 0 {
+                    said.push(format!(
+                        "{} could not be put back and stay in flight",
+                        back.stuck
+                    ));
+                }
+                format!("cannot hand the claimed signals over; {}", said.join(", "))
             };
             return Err(Error::io(self.mb.root(), &reason, e));
         }
@@ -185,7 +200,7 @@ impl<'p, 'h> Deliveries<'p, 'h> {
 
     /// Takes back durable deliveries the hand-over did not take: pending again (see
     /// [`Mailbox::undo`]). Returns how many could not be taken back.
-    fn roll_back(&self, ready: Vec<Delivery>) -> Result<usize> {
+    fn roll_back(&self, ready: Vec<Delivery>) -> Result<TakenBack> {
         self.mb.undo(ready)
     }
 }
