@@ -28,7 +28,7 @@ use clap::Parser;
 
 use crate::channel::push_channel;
 use crate::server::Server;
-use crate::stdio::{CLOSE_GRACE, Input, answers_read};
+use crate::stdio::{CLOSE_GRACE, Input, Output, answers_read};
 use rmcp::ServiceExt;
 use sigbox_client::Checkpoint;
 
@@ -122,7 +122,11 @@ fn run() -> anyhow::Result<()> {
                         closed: Arc::clone(&server.closed),
                         reset: Arc::clone(&server.reset),
                     },
-                    write,
+                    Output {
+                        inner: write,
+                        line: Vec::new(),
+                        written: Arc::clone(&server.written),
+                    },
                 )
             })
             .await
@@ -145,7 +149,14 @@ fn run() -> anyhow::Result<()> {
         && unreturned
         && server.unacked.load(Ordering::SeqCst)
     {
-        if !server.reset.load(Ordering::SeqCst) && answers_read(CLOSE_GRACE) {
+        let all_written = {
+            let answered = server.answered.lock().unwrap_or_else(|e| e.into_inner());
+            let written = server.written.lock().unwrap_or_else(|e| e.into_inner());
+            answered
+                .iter()
+                .all(|(id, _)| written.contains(&stdio::id_key(id)))
+        };
+        if all_written && !server.reset.load(Ordering::SeqCst) && answers_read(CLOSE_GRACE) {
             let cp = server.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
             if let Err(e) = cp.ack() {
                 tracing::warn!(error = %e, "cannot acknowledge the last answers");

@@ -28,6 +28,38 @@ pub(crate) const CANCEL_CHECK: Duration = Duration::from_millis(100);
 /// How long an `ask` call waits when `wait_s` is not given.
 pub(crate) const DEFAULT_ASK_WAIT: Duration = Duration::from_secs(60);
 
+/// Whether every answer given so far was written whole to stdout and read from it: stdout
+/// holds nothing unread (a pipe drained; anything but a pipe or a socket its peer reset,
+/// spec/mcp.md "Delivery"). A client that sends its next call before reading the last
+/// answer (requests written back to back) has its answers acknowledged by a later call, or
+/// at exit, once read; never while they wait in the pipe or to be written.
+pub(crate) fn answers_seen(
+    answered: &Mutex<Vec<Answered>>,
+    written: &Mutex<std::collections::HashSet<String>>,
+) -> bool {
+    let answered = answered.lock().unwrap_or_else(|e| e.into_inner());
+    let written = written.lock().unwrap_or_else(|e| e.into_inner());
+    answered
+        .iter()
+        .all(|(id, _)| written.contains(&crate::stdio::id_key(id)))
+        && !matches!(
+            crate::stdio::stdout_taken(),
+            crate::stdio::Taken::Pending | crate::stdio::Taken::Unread
+        )
+}
+
+/// Forgets the answers acknowledged (and the ids written for them).
+pub(crate) fn forget_answers(
+    answered: &Mutex<Vec<Answered>>,
+    written: &Mutex<std::collections::HashSet<String>>,
+) {
+    let mut answered = answered.lock().unwrap_or_else(|e| e.into_inner());
+    let mut written = written.lock().unwrap_or_else(|e| e.into_inner());
+    for (id, _) in answered.drain(..) {
+        written.remove(&crate::stdio::id_key(&id));
+    }
+}
+
 /// A call's id and the signals it answered with.
 pub(crate) type Answered = (rmcp::model::RequestId, Vec<Signal>);
 
@@ -48,6 +80,8 @@ pub(crate) struct Server {
     /// naming one of them (the client drops an answer that arrives after its cancel) puts its
     /// signals back among the unreturned. Changed only under the checkpoint's lock.
     pub(crate) answered: Arc<Mutex<Vec<Answered>>>,
+    /// The ids of the responses written whole to stdout ([`crate::stdio::Output`]).
+    pub(crate) written: Arc<Mutex<std::collections::HashSet<String>>>,
     /// Tool calls running now.
     pub(crate) busy: Arc<AtomicUsize>,
     /// The client closed its end of the connection.
@@ -93,22 +127,25 @@ impl Server {
 
     /// One pass (a wait of `slice`, or a poll when `None`) for a tool call, under the lock:
     /// first, what an earlier call claimed and never returned is taken (no pass then);
-    /// else what earlier calls returned is acknowledged (the client is calling again, so it
-    /// had those answers) and the pass runs. Every claim goes into `unreturned` inside the
-    /// lock, so a call dropped while it waits for this leaves its claims for the next call,
-    /// never acknowledged unseen. Returns whether anything is there to return now.
+    /// else what earlier calls returned is acknowledged, when they were read (the client is
+    /// calling again, and [`answers_seen`]), and the pass runs. Every claim goes into
+    /// `unreturned` inside the lock, so a call dropped while it waits for this leaves its
+    /// claims for the next call, never acknowledged unseen. Returns whether anything is there
+    /// to return now.
     pub(crate) async fn pass(&self, slice: Option<Duration>) -> Result<bool, String> {
         let unacked = Arc::clone(&self.unacked);
         let unreturned = Arc::clone(&self.unreturned);
         let answered = Arc::clone(&self.answered);
+        let written = Arc::clone(&self.written);
         self.with_checkpoint(move |cp| {
             let mut held = unreturned.lock().unwrap_or_else(|e| e.into_inner());
             if !held.is_empty() {
                 return Ok(true);
             }
-            if unacked.swap(false, Ordering::SeqCst) {
+            if unacked.load(Ordering::SeqCst) && answers_seen(&answered, &written) {
                 cp.ack().map_err(|e| e.to_string())?;
-                answered.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                unacked.store(false, Ordering::SeqCst);
+                forget_answers(&answered, &written);
             }
             let mut control = PassControl::new();
             control.ack_later().keep_handed();
@@ -181,6 +218,7 @@ impl Server {
             unacked: Arc::new(AtomicBool::new(false)),
             unreturned: Arc::new(Mutex::new(Vec::new())),
             answered: Arc::new(Mutex::new(Vec::new())),
+            written: Arc::new(Mutex::new(std::collections::HashSet::new())),
             busy: Arc::new(AtomicUsize::new(0)),
             closed: Arc::new(AtomicBool::new(false)),
             reset: Arc::new(AtomicBool::new(false)),

@@ -42,6 +42,68 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Input<R> {
     }
 }
 
+/// The server's half of stdio, noting the id of each response written whole: an answer is
+/// acknowledged only once it was written, never while it waits to be (a client that sends
+/// its next call before reading, spec/mcp.md "Delivery").
+pub(crate) struct Output<W> {
+    pub(crate) inner: W,
+    /// The line being written, until its newline.
+    pub(crate) line: Vec<u8>,
+    /// The ids (as JSON text) of the responses written whole so far and not yet forgotten.
+    pub(crate) written: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+/// The `id` of a JSON-RPC message, read without the rest.
+#[derive(serde::Deserialize)]
+struct MessageId {
+    id: Option<serde_json::Value>,
+}
+
+/// A request id as [`Output`] notes it: its JSON text.
+pub(crate) fn id_key(id: &rmcp::model::RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_default()
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Output<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            let mut rest = &buf[..*n];
+            while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+                self.line.extend_from_slice(&rest[..end]);
+                rest = &rest[end + 1..];
+                let line = std::mem::take(&mut self.line);
+                if let Ok(MessageId { id: Some(id) }) = serde_json::from_slice(&line) {
+                    self.written
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id.to_string());
+                }
+            }
+            self.line.extend_from_slice(rest);
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// What stdout says, at one look, of the bytes written to it so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Taken {

@@ -571,6 +571,39 @@ class McpServer(unittest.TestCase):
             self.assertEqual([g["message"] for g in got], ["kept"], result)
             self.assertEqual(later, [], "answered and read, yet given again")
 
+    def test_calls_sent_back_to_back_acknowledge_only_answers_read(self):
+        # A client that writes its next call before reading the last answer: the second call
+        # does not prove the first answer was read. Left unread (both ends closed), the
+        # signal comes again, marked; read, it is acknowledged once.
+        for read in (False, True):
+            sigbox(self.root, "send", "steer", f"read={read}", "--target", "Executor")
+            p, send = self.raw()
+            check = lambda i: send({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
+            check(2)
+            deadline = time.monotonic() + 15
+            while unread(p.stdout) == 0:  # the first answer is in the pipe, unread
+                self.assertLess(time.monotonic(), deadline, "no answer written")
+                time.sleep(0.01)
+            check(3)
+            if read:
+                answers = [json.loads(p.stdout.readline()) for _ in range(2)]
+                got = [s["message"] for a in answers for s in json.loads(a["result"]["content"][0]["text"])["signals"]]
+                self.assertEqual(got, [f"read={read}"], answers)
+                p.stdin.close()
+            else:
+                time.sleep(0.3)  # the second answer written too
+                p.stdin.close()
+                p.stdout.close()
+            p.wait(timeout=15)
+            async def go():
+                async with server(self.root) as s:
+                    return text(await s.call_tool("check", {}))["signals"]
+            later = [(g["message"], g["redelivery"]) for g in self.run_async(go())]
+            if read:
+                self.assertEqual(later, [], "read, yet given again")
+            else:
+                self.assertEqual(later, [(f"read={read}", 1)], "unread, yet acknowledged")
+
     def log_ids(self):
         return [json.loads(l)["id"] for l in sigbox(self.root, "--json", "log").splitlines()]
 
