@@ -1049,3 +1049,28 @@ fn the_name_of_a_change_tells_the_exporter_whether_a_round_may_take_it() {
         assert!(!mb.bridge().no_export_work(&p, &all), "{}", p.display());
     }
 }
+
+/// A broadcast ack is shared with other hosts only once the broadcast was handed over: while
+/// its marker stands in a slot of the agent (handed to a consumer that may die before the
+/// hand-over), the bridge's list of acks leaves it out, so that an agent that moves is not
+/// kept from a broadcast it never got (spec/bridge.md §5).
+#[test]
+fn an_ack_in_flight_is_not_shared_with_other_hosts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut opts = MailboxOptions::new();
+    opts.settle(Duration::ZERO);
+    let mb = opts.init(tmp.path()).unwrap();
+    let id = mb
+        .send(&sigbox::NewSignal::new(sigbox::SignalType::Info))
+        .unwrap();
+    let pass = mb.pass("Executor", None).unwrap();
+    assert_eq!(pass.delivered.len(), 1);
+    let shared = |mb: &sigbox::Mailbox| mb.bridge().acks().unwrap();
+    assert!(
+        !shared(&mb).contains(&(id.clone(), "Executor".to_string())),
+        "shared while in flight: {:?}",
+        shared(&mb)
+    );
+    mb.ack("Executor").unwrap();
+    assert!(shared(&mb).contains(&(id, "Executor".to_string())));
+}

@@ -102,7 +102,8 @@ impl Layout {
     }
 
     /// The marker of a broadcast in flight in a slot: `<16 hex>.broadcast`, a name no signal
-    /// file has (§2.2), from a hash of the broadcast's file name (the marker holds the name).
+    /// file has (§2.2), from a hash of the broadcast's identity (§2.4; the marker holds the
+    /// identity and the file name).
     pub(crate) fn marker_name(broadcast: &OsStr) -> String {
         format!(
             "{:016x}{MARKER_SUFFIX}",

@@ -41,8 +41,7 @@ impl BridgeSide<'_> {
             {
                 continue;
             }
-            let marker =
-                crate::mailbox::Layout::marker_name(std::ffi::OsStr::new(&format!("{id}.json")));
+            let marker = crate::mailbox::Layout::marker_name(std::ffi::OsStr::new(id));
             for e in self.mb.io.list(&self.mb.layout.ack_dir(id), true)? {
                 if let Some(agent) = e.name.to_str().and_then(|n| n.strip_suffix(".ack"))
                     && crate::signal::valid_agent(agent)
