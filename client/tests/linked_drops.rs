@@ -574,6 +574,42 @@ fn a_dead_consumers_dropped_files_come_again_in_their_place() {
     }
 }
 
+/// A dead consumer's broadcasts come again in their place among its other claims: by the
+/// instant of the broadcast each marker names, not the marker's own (written at the
+/// delivery). Before, every targeted signal came again before every broadcast.
+#[test]
+fn a_dead_consumers_broadcasts_come_again_in_their_place() {
+    use sigbox::{MailboxOptions, NewSignal, SignalType, Target};
+    for rule in ["0", "1"] {
+        let (_tmp, root) = fresh_root();
+        let mut o = MailboxOptions::new();
+        o.link_claims(rule == "1");
+        let mb = o.open(&root).unwrap();
+        let order = ["b1", "t2", "b3", "b4", "t5"];
+        for m in order {
+            let mut s = NewSignal::new(SignalType::Info);
+            let to = if m.starts_with('b') {
+                Target::All
+            } else {
+                Target::Agent("Executor".into())
+            };
+            s.target(to).message(m);
+            mb.send(&s).unwrap();
+        }
+        let first: Vec<String> = mb
+            .pass("Executor", None)
+            .unwrap()
+            .delivered
+            .iter()
+            .map(|s| s.message.clone().unwrap())
+            .collect();
+        assert_eq!(first, order, "rule {rule}");
+        drop(mb); // gone before acknowledging
+        let want: Vec<(String, u64)> = order.iter().map(|m| (m.to_string(), 1)).collect();
+        assert_eq!(poll_by(&root, rule), want, "rule {rule}");
+    }
+}
+
 /// Two consumers of one agent at the same moment, one claiming by link and one by rename
 /// (`SIGBOX_LINK_CLAIMS` set differently for each): a file both took has a link in each one's
 /// slot. The first to resolve it yields its link and the other delivers it, in the same

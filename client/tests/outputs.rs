@@ -549,3 +549,66 @@ fn a_dead_slot_is_counted_by_what_its_next_pass_delivers_again() {
             .is_empty()
     );
 }
+
+/// What else a dead consumer's slot can hold, counted as the next pass treats it: the second
+/// link of a claim cut off before its source went (the pass delivers the source, unmarked),
+/// a file that is no signal, and markers naming what a delivery never marks (a signal for
+/// another agent, the agent's own broadcast) are not signals to come again; the last three
+/// are listed as invalid and quarantined, and nothing is given to the wrong agent.
+#[test]
+fn a_dead_slot_s_twins_junk_and_stray_markers_are_not_counted() {
+    let env = Env::new();
+    let send = |args: &[&str]| env.ok(args).trim().to_string();
+    let mine = send(&["send", "steer", "mine", "--target", "Executor"]);
+    let theirs = send(&["send", "steer", "theirs", "--target", "Planner"]);
+    let own = send(&["send", "info", "own", "--from", "Executor"]);
+    let slot = env.root.join("claimed/Executor/0");
+    std::fs::create_dir_all(&slot).unwrap();
+    let name = format!("{mine}.json");
+    std::fs::hard_link(env.inputs().join(&name), slot.join(&name)).unwrap();
+    std::fs::write(slot.join("junk.json"), "{ not a signal").unwrap();
+    for (marker, id) in [("0123456789abcdef", &theirs), ("fedcba9876543210", &own)] {
+        let body = serde_json::json!({"name": format!("{id}.json"), "id": id, "redelivery": 0});
+        std::fs::write(slot.join(format!("{marker}.broadcast")), body.to_string()).unwrap();
+        let acks = env.root.join("acks").join(id.as_str());
+        std::fs::create_dir_all(&acks).unwrap();
+        std::fs::write(acks.join("Executor.ack"), "{}").unwrap();
+    }
+    let ls = env.json(&["ls", "--all"]);
+    assert!(
+        !ls.iter()
+            .any(|v| v["kind"] == "in_flight" && v["agent"] == "Executor"),
+        "{ls:?}"
+    );
+    let invalid: Vec<&str> = ls
+        .iter()
+        .filter(|v| v["kind"] == "invalid")
+        .map(|v| v["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(invalid.len(), 3, "{ls:?}");
+    for n in [
+        "junk.json",
+        "0123456789abcdef.broadcast",
+        "fedcba9876543210.broadcast",
+    ] {
+        assert!(invalid.iter().any(|p| p.ends_with(n)), "{n}: {ls:?}");
+    }
+    let got = parse_lines(&env.ok(&["--json", "poll", "--as", "Executor"]));
+    let seen: Vec<(&str, u64)> = got
+        .iter()
+        .map(|v| {
+            (
+                v["message"].as_str().unwrap(),
+                v["redelivery"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [("mine", 0)], "{got:?}");
+    assert_eq!(files_under(&slot), Vec::<PathBuf>::new());
+    let planner = parse_lines(&env.ok(&["--json", "poll", "--as", "Planner"]));
+    let planner: Vec<&str> = planner
+        .iter()
+        .map(|v| v["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(planner, ["theirs", "own"]);
+}

@@ -154,9 +154,11 @@ pub enum ProblemKind {
         count: usize,
     },
     /// A second link to a signal that an interrupted move of sigbox's own left (spec §9.6),
-    /// not a planted one: the next pass removes the leftover and the signal goes on.
+    /// not a planted one: the next pass removes one of the two links and the signal goes on
+    /// (which one depends on whose pass comes first: a claim's slot link goes when the agent's
+    /// pass finds it, the source's when another pass does).
     Leftover {
-        /// The leftover link the next pass removes.
+        /// The link a pass that finds the problem's path removes.
         leftover: PathBuf,
     },
 }
@@ -182,7 +184,8 @@ impl Problem {
                 "{count} signal(s) claimed by a running consumer of {agent}, being handed over"
             ),
             ProblemKind::Leftover { leftover } => format!(
-                "a second link an interrupted move left at {}: the next pass removes it",
+                "one of two links to one signal that an interrupted move left ({}): the next \
+                 pass removes one of them and delivers the signal once",
                 leftover.display()
             ),
         }

@@ -146,19 +146,7 @@ impl Mailbox {
         // (spec/mailbox.md §9.10, "Read by the other rule"): that name goes, and the claim
         // stays, to be delivered again now.
         self.drop_upstream_twin(&path, name)?;
-        for other in [
-            &self.layout.inputs,
-            &self.layout.buffer_dir(agent),
-            &self.layout.processed,
-        ] {
-            let twin = other.join(name);
-            if self.io.stamp(&twin)?.is_none() {
-                continue;
-            }
-            let same_file = match (self.io.stamp(&path)?, self.io.stamp(&twin)?) {
-                (Some(a), Some(b)) => (a.dev, a.ino) == (b.dev, b.ino),
-                _ => false,
-            };
+        for same_file in self.twins(agent, &path, name)? {
             if same_file {
                 // Under the lock, while the other link stands: a pass resolving the same
                 // two links from the other side (§9.6) may have removed it meanwhile.
@@ -167,14 +155,39 @@ impl Mailbox {
                 }
                 continue;
             }
-            if self.same_signal(&path, &twin)? {
-                // A copy: its inode is freed, so its removal is made durable before the inode
-                // can be used again (spec/mailbox.md §9.1).
-                self.io.remove_owned(&path)?;
-                return Ok(true);
-            }
+            // A copy: its inode is freed, so its removal is made durable before the inode
+            // can be used again (spec/mailbox.md §9.1).
+            self.io.remove_owned(&path)?;
+            return Ok(true);
         }
         Ok(false)
+    }
+
+    /// The other halves of an interrupted move of the claimed `path` (named `name`), looked at
+    /// without changing anything: for each of the claim's source (`inputs/`, the agent's
+    /// buffer) and `processed/` that holds the same signal, whether it is the same file (a
+    /// second link) rather than a copy. What [`Mailbox::resolve_twin`] resolves, and what
+    /// reports do not count as coming again.
+    pub(super) fn twins(&self, agent: &str, path: &Path, name: &OsStr) -> Result<Vec<bool>> {
+        let mut out = Vec::new();
+        for other in [
+            &self.layout.inputs,
+            &self.layout.buffer_dir(agent),
+            &self.layout.processed,
+        ] {
+            let twin = other.join(name);
+            let Some(b) = self.io.stamp(&twin)? else {
+                continue;
+            };
+            let same_file = self
+                .io
+                .stamp(path)?
+                .is_some_and(|a| (a.dev, a.ino) == (b.dev, b.ino));
+            if same_file || self.same_signal(path, &twin)? {
+                out.push(same_file);
+            }
+        }
+        Ok(out)
     }
 
     /// The identity (spec §2.4) of the signal file at `path`, first named `name`, with the

@@ -18,6 +18,7 @@ use crate::mailbox::report::Pass;
 use crate::mailbox::{Mailbox, identity, lossy};
 use crate::name::own;
 use crate::name::{self, NameKind};
+use crate::signal::Target;
 
 /// A marker is a few hundred bytes; anything larger was not written by sigbox.
 pub(super) const MARKER_CAP: u64 = 64 * 1024;
@@ -142,13 +143,36 @@ impl Mailbox {
     /// `created_at`, else its mtime (which the handling blocks written into it leave as it
     /// was: [`Mailbox::keep_order`]). Not the mtime alone: a claim whose handling block was
     /// written would carry the claim's time, one interrupted before carries the send's, and a
-    /// consumer killed between the two would have its claims come back out of order.
+    /// consumer killed between the two would have its claims come back out of order. A
+    /// broadcast's marker takes the instant of the broadcast it names, not its own (written
+    /// at the delivery).
     fn fifo_instant(&self, dir: &Path, name: &OsStr) -> Result<i128> {
+        if !Layout::is_marker(name) {
+            return self.file_instant(dir, name);
+        }
+        let marker = dir.join(name);
+        let named = match self.io.read_untrusted(&marker, MARKER_CAP)? {
+            ReadOutcome::Bytes(bytes, _) => serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("name")?.as_str().map(String::from))
+                .filter(|f| is_plain_name(f)),
+            _ => None,
+        };
+        if let Some(file) = named {
+            for d in [&self.layout.inputs, &self.layout.processed] {
+                if self.io.stamp(&d.join(&file))?.is_some() {
+                    return self.file_instant(d, OsStr::new(&file));
+                }
+            }
+        }
+        Ok(self.io.stamp(&marker)?.map_or(0, |s| s.mtime_ns))
+    }
+
+    /// The FIFO instant of the signal file `dir/name` (spec §4): its name's, else its body's
+    /// `created_at`, else its mtime, no later than its ctime.
+    fn file_instant(&self, dir: &Path, name: &OsStr) -> Result<i128> {
         if let Some(at) = name_instant(name) {
             return Ok(at);
-        }
-        if Layout::is_marker(name) {
-            return Ok(self.io.stamp(&dir.join(name))?.map_or(0, |s| s.mtime_ns));
         }
         let path = dir.join(name);
         Ok(match self.read_signal_file(&path)? {
@@ -242,13 +266,16 @@ impl Mailbox {
             }
         };
         let Some((file, count)) = parsed.as_ref().and_then(|v| {
-            Some((
-                v.get("name")?.as_str()?.to_string(),
-                v.get("redelivery").and_then(Value::as_u64).unwrap_or(0),
-            ))
+            let count = match v.get("redelivery") {
+                None => 0,
+                Some(n) => u32::try_from(n.as_u64()?).ok()?,
+            };
+            Some((v.get("name")?.as_str()?.to_string(), count))
         }) else {
             return Ok(MarkerFate::Foreign(
-                "not a broadcast marker: not JSON naming a broadcast".into(),
+                "not a broadcast marker: not JSON naming a broadcast, with a count from 0 to \
+                 4294967295"
+                    .into(),
             ));
         };
         if !is_plain_name(&file) {
@@ -278,6 +305,27 @@ impl Mailbox {
         let Some(sig) = sig else {
             return Ok(MarkerFate::Stale(file));
         };
+        // What a delivery writes, and nothing else: the marker of that broadcast's identity
+        // (one written before identities were recorded holds none), for an agent that did not
+        // send it. Any other names a signal the agent must not be given by it.
+        let named = marker.file_name().unwrap_or_default();
+        let refused = if sig.target != Target::All {
+            Some(format!("not a broadcast marker: {file} is not a broadcast"))
+        } else if sig.from.as_deref() == Some(agent) {
+            Some(format!(
+                "not a broadcast marker: {file} is {agent}'s own broadcast, never delivered to it"
+            ))
+        } else if marked.is_some() && named != Layout::marker_name(OsStr::new(&sig.id)).as_str() {
+            Some(format!(
+                "not a broadcast marker: its name is not the one of the broadcast it names ({})",
+                Layout::marker_name(OsStr::new(&sig.id))
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = refused {
+            return Ok(MarkerFate::Foreign(reason));
+        }
         let acked = Layout::ack_names(agent)
             .into_iter()
             .map(|n| self.layout.ack_dir(&sig.id).join(n))
@@ -288,8 +336,11 @@ impl Mailbox {
         if !acked {
             return Ok(MarkerFate::Unacked);
         }
-        let count = u32::try_from(count).unwrap_or(u32::MAX).saturating_add(1);
-        Ok(MarkerFate::Again(Box::new(sig), file, count))
+        Ok(MarkerFate::Again(
+            Box::new(sig),
+            file,
+            count.saturating_add(1),
+        ))
     }
 
     /// Delivers again a broadcast whose marker a dead consumer left: when its ack was
@@ -355,11 +406,34 @@ impl Mailbox {
                 dir,
             };
             for name in self.slot_entries(&slot.dir)? {
-                if live || !Layout::is_marker(&name) {
+                if live {
                     slot.count += 1;
                     continue;
                 }
-                let marker = slot.dir.join(&name);
+                let path = slot.dir.join(&name);
+                if !Layout::is_marker(&name) {
+                    // As the pass reads it: half of an interrupted move (resolved, not
+                    // delivered again), a signal (delivered again), or not one (quarantined).
+                    if !self.twins(agent, &path, &name)?.is_empty() {
+                        continue;
+                    }
+                    let why = match self.read_signal_file(&path)? {
+                        ReadOutcome::Gone => continue,
+                        ReadOutcome::Bytes(bytes, _) => {
+                            match body::read_signal(&bytes, &lossy(&name), &path) {
+                                Ok(_) => None,
+                                Err(reason) => Some(reason),
+                            }
+                        }
+                        other => other.rejection(),
+                    };
+                    match why {
+                        None => slot.count += 1,
+                        Some(reason) => slot.foreign.push((path, reason)),
+                    }
+                    continue;
+                }
+                let marker = path;
                 match self.marker_fate(&marker, agent)? {
                     MarkerFate::Again(..) => slot.count += 1,
                     MarkerFate::Foreign(reason) => slot.foreign.push((marker, reason)),
@@ -412,6 +486,7 @@ pub(in crate::mailbox) struct SlotInFlight {
     pub(in crate::mailbox) count: usize,
     /// Whether a live handle holds it.
     pub(in crate::mailbox) live: bool,
-    /// Broadcast markers sigbox did not write, with why: the next pass quarantines them.
+    /// Entries that are not signals or markers sigbox wrote, with why: the next pass
+    /// quarantines them.
     pub(in crate::mailbox) foreign: Vec<(PathBuf, String)>,
 }
