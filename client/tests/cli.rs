@@ -1867,4 +1867,18 @@ fn a_program_not_installed_beside_sigbox_is_named_with_how_to_install_it() {
             "{cmd}: {err}"
         );
     }
+    // There, but not a program it can run: the same hint.
+    std::fs::create_dir(dir.path().join("sigbox-ui")).unwrap();
+    let out = Command::new(&alone)
+        .arg("--root")
+        .arg(&root)
+        .arg("ui")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot run") && err.contains("Installing what you ship"),
+        "{err}"
+    );
 }

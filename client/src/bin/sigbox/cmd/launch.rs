@@ -49,12 +49,12 @@ pub(crate) fn exec_beside(
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the sigbox executable")?;
     let path = exe.with_file_name(program);
+    let install = format!(
+        "install it beside sigbox, as the README's \"Installing what you ship\" says, or with \
+         `cargo install --path {crate_dir}`"
+    );
     if !path.exists() {
-        bail!(
-            "{}: not installed; install it beside sigbox, as the README's \"Installing what \
-             you ship\" says, or with `cargo install --path {crate_dir}`",
-            path.display()
-        );
+        bail!("{}: not installed; {install}", path.display());
     }
     let mut cmd = std::process::Command::new(&path);
     // The programs take the durability from the environment only.
@@ -71,5 +71,8 @@ pub(crate) fn exec_beside(
         .arg(format!("{}ms", settle.as_millis()))
         .args(args)
         .exec();
-    Err(anyhow::Error::new(err).context(format!("{}: cannot run", path.display())))
+    Err(anyhow::Error::new(err).context(format!(
+        "{}: cannot run (is it the program, installed whole?); {install}",
+        path.display()
+    )))
 }
