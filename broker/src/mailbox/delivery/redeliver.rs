@@ -420,10 +420,7 @@ impl Mailbox {
                     let why = match self.read_signal_file(&path)? {
                         ReadOutcome::Gone => continue,
                         ReadOutcome::Bytes(bytes, _) => {
-                            match body::read_signal(&bytes, &lossy(&name), &path) {
-                                Ok(_) => None,
-                                Err(reason) => Some(reason),
-                            }
+                            body::read_signal(&bytes, &lossy(&name), &path).err()
                         }
                         other => other.rejection(),
                     };
