@@ -299,6 +299,17 @@ fn poll_by(root: &Path, rule: &str) -> Vec<(String, u64)> {
     messages_of(&out.stdout)
 }
 
+/// One pass of the Executor by the library (not acknowledged): each signal's message and
+/// redelivery count.
+fn pass_messages(mb: &sigbox::Mailbox) -> Vec<(String, u64)> {
+    mb.pass("Executor", None)
+        .unwrap()
+        .delivered
+        .iter()
+        .map(|s| (s.message.clone().unwrap(), u64::from(s.redelivery())))
+        .collect()
+}
+
 /// Each JSON line's message and redelivery count.
 fn messages_of(stdout: &[u8]) -> Vec<(String, u64)> {
     String::from_utf8_lossy(stdout)
@@ -544,13 +555,7 @@ fn a_dead_consumers_dropped_files_come_again_in_their_place() {
             .target(Target::Agent("Executor".into()))
             .message("third");
         mb.send(&third).unwrap();
-        let first: Vec<String> = mb
-            .pass("Executor", None)
-            .unwrap()
-            .delivered
-            .iter()
-            .map(|s| s.message.clone().unwrap())
-            .collect();
+        let first: Vec<String> = pass_messages(&mb).into_iter().map(|m| m.0).collect();
         assert_eq!(first, ["first", "second", "third"], "rule {rule}");
         drop(mb); // gone before acknowledging
         let want = |n| {
@@ -561,14 +566,7 @@ fn a_dead_consumers_dropped_files_come_again_in_their_place() {
         };
         // Delivered again by a second consumer that dies too, then by `poll`.
         let mb = o.open(&root).unwrap();
-        let again: Vec<(String, u64)> = mb
-            .pass("Executor", None)
-            .unwrap()
-            .delivered
-            .iter()
-            .map(|s| (s.message.clone().unwrap(), u64::from(s.redelivery())))
-            .collect();
-        assert_eq!(again, want(1), "rule {rule}");
+        assert_eq!(pass_messages(&mb), want(1), "rule {rule}");
         drop(mb);
         assert_eq!(poll_by(&root, rule), want(2), "rule {rule}");
     }
@@ -596,18 +594,51 @@ fn a_dead_consumers_broadcasts_come_again_in_their_place() {
             s.target(to).message(m);
             mb.send(&s).unwrap();
         }
-        let first: Vec<String> = mb
-            .pass("Executor", None)
-            .unwrap()
-            .delivered
-            .iter()
-            .map(|s| s.message.clone().unwrap())
-            .collect();
+        let first: Vec<String> = pass_messages(&mb).into_iter().map(|m| m.0).collect();
         assert_eq!(first, order, "rule {rule}");
         drop(mb); // gone before acknowledging
         let want: Vec<(String, u64)> = order.iter().map(|m| (m.to_string(), 1)).collect();
         assert_eq!(poll_by(&root, rule), want, "rule {rule}");
     }
+}
+
+/// A claim by link cut off after it moved its source aside beside the claimed file, before it
+/// unlinked that name (§9.10), by a consumer that died: the file in its slot has two links,
+/// the other one sigbox's own. `ls` and `doctor` count it as a signal to come again (not as an invalid
+/// file, as they did for a moment), and the next pass delivers it once, marked.
+#[test]
+fn a_claim_by_link_cut_off_in_a_dead_slot_is_counted_as_coming_again() {
+    let (_tmp, root) = fresh_root();
+    let file = send_to_executor(&root, "moved aside");
+    let slot = root.join("claimed").join("Executor").join("0");
+    std::fs::create_dir_all(&slot).unwrap();
+    std::fs::hard_link(root.join("inputs").join(&file), slot.join(&file)).unwrap();
+    // Step 3 of the claim: the source moved aside beside the claimed file, not yet unlinked.
+    let twin = slot.join(format!(".{}.0123456789abcdef.claim.tmp", dead_pid()));
+    std::fs::rename(root.join("inputs").join(&file), &twin).unwrap();
+    let out = sigbox(&root, &["--json", "ls", "--all"]).output().unwrap();
+    let ls: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!ls.iter().any(|v| v["kind"] == "invalid"), "{ls:?}");
+    assert!(
+        ls.iter()
+            .any(|v| v["kind"] == "in_flight" && v["agent"] == "Executor" && v["count"] == 1),
+        "{ls:?}"
+    );
+    let mut got = Vec::new();
+    for rule in ["0", "1"] {
+        got.extend(poll_by(&root, rule));
+    }
+    assert_eq!(got, [("moved aside".to_string(), 1)]);
+    assert!(!twin.exists());
+    let rejected = sigbox(&root, &["--json", "ls", "--all"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&rejected.stdout).contains("\"rejected\""),
+        "{rejected:?}"
+    );
+    assert!(sigbox(&root, &["doctor"]).status().unwrap().success());
 }
 
 /// Two consumers of one agent at the same moment, one claiming by link and one by rename

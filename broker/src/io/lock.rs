@@ -72,17 +72,8 @@ impl Io {
     /// dies releases it. Not an effect: locks do not survive a crash and change nothing on
     /// disk.
     pub(crate) fn lock_dir(&self, path: &Path) -> Result<Option<File>> {
-        let file = match self.dir(path) {
-            Ok(d) => d
-                .into_file()
-                .map_err(|e| Error::io(path, "cannot open directory", e))?,
-            Err(e)
-                if e.io_error()
-                    .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
-            {
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
+        let Some(file) = self.open_dir_to_lock(path)? else {
+            return Ok(None);
         };
         match file.try_lock() {
             Ok(()) => Ok(Some(file)),
@@ -91,21 +82,30 @@ impl Io {
         }
     }
 
-    /// [`Io::lock_dir`], waiting for the lock while another holds it: `Ok(None)` only when
-    /// the directory is gone. For a decision made across processes in a few steps (a
-    /// broadcast's archive against the take-back of one of its acks, spec/mailbox.md §9.4).
-    pub(crate) fn wait_lock_dir(&self, path: &Path) -> Result<Option<File>> {
-        let file = match self.dir(path) {
+    /// The directory `path` opened (never through a symlink) for a `flock`; `None` when it is
+    /// gone.
+    fn open_dir_to_lock(&self, path: &Path) -> Result<Option<File>> {
+        match self.dir(path) {
             Ok(d) => d
                 .into_file()
-                .map_err(|e| Error::io(path, "cannot open directory", e))?,
+                .map(Some)
+                .map_err(|e| Error::io(path, "cannot open directory", e)),
             Err(e)
                 if e.io_error()
                     .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) =>
             {
-                return Ok(None);
+                Ok(None)
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Io::lock_dir`], waiting for the lock while another holds it: `Ok(None)` only when
+    /// the directory is gone. For a decision made across processes in a few steps (a
+    /// broadcast's archive against the take-back of one of its acks, spec/mailbox.md §9.4).
+    pub(crate) fn wait_lock_dir(&self, path: &Path) -> Result<Option<File>> {
+        let Some(file) = self.open_dir_to_lock(path)? else {
+            return Ok(None);
         };
         file.lock()
             .map_err(|e| Error::io(path, "cannot lock directory", e))?;

@@ -422,6 +422,14 @@ impl Mailbox {
                         ReadOutcome::Bytes(bytes, _) => {
                             body::read_signal(&bytes, &lossy(&name), &path).err()
                         }
+                        // A claim by link cut off before its source's moved-aside name went
+                        // (beside it, §9.10), or another second link of sigbox's own: the
+                        // pass resolves the link and delivers it again.
+                        ReadOutcome::HardLinked(_)
+                            if self.own_link(&slot.dir, &name)?.is_some() =>
+                        {
+                            None
+                        }
                         other => other.rejection(),
                     };
                     match why {
