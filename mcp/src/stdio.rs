@@ -146,7 +146,13 @@ pub(crate) fn stdout_taken() -> Taken {
         },
         FileType::Socket => {
             if !events(PollFlags::empty()).intersects(PollFlags::HUP | PollFlags::ERR) {
-                return Taken::Unknown;
+                // A live peer: what it has not read is the socket's outgoing queue, where the
+                // kernel tells it (a local socket, as Node's stdio is).
+                return match unix_unread(stat.st_ino) {
+                    Some(0) => Taken::Read,
+                    Some(_) => Taken::Pending,
+                    None => Taken::Unknown,
+                };
             }
             match rustix::net::sockopt::socket_error(fd) {
                 Ok(Ok(())) => Taken::Read,
@@ -172,5 +178,104 @@ pub(crate) fn answers_read(grace: Duration) -> bool {
             Taken::Unknown if Instant::now() >= deadline => return true,
             Taken::Pending | Taken::Unknown => std::thread::sleep(Duration::from_millis(10)),
         }
+    }
+}
+
+/// What the peer of the local (`AF_UNIX`) socket with inode `ino` has not read of what was
+/// written to it: the socket's outgoing queue as the kernel's socket diagnostics report it
+/// (`NETLINK_SOCK_DIAG`, `UNIX_DIAG_RQLEN`: what `ss -x` shows as Send-Q), in bytes of
+/// kernel memory, 0 when everything was read. `None` when it cannot tell: not a local socket,
+/// no socket diagnostics in this kernel, or no answer within 100 ms.
+fn unix_unread(ino: u64) -> Option<u32> {
+    use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType, netlink, sockopt};
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLM_F_REQUEST: u16 = 1;
+    const NLMSG_ERROR: u16 = 2;
+    const AF_UNIX: u8 = 1;
+    const UDIAG_SHOW_RQLEN: u32 = 0x10;
+    const UNIX_DIAG_RQLEN: u16 = 4;
+    let ino = u32::try_from(ino).ok()?;
+    let diag = rustix::net::socket(
+        AddressFamily::NETLINK,
+        SocketType::DGRAM,
+        Some(netlink::SOCK_DIAG),
+    )
+    .ok()?;
+    sockopt::set_socket_timeout(
+        &diag,
+        sockopt::Timeout::Recv,
+        Some(Duration::from_millis(100)),
+    )
+    .ok()?;
+    // struct nlmsghdr, then struct unix_diag_req (linux/unix_diag.h): 16 + 24 bytes.
+    let mut req = Vec::with_capacity(40);
+    req.extend_from_slice(&40u32.to_ne_bytes());
+    req.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    req.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    req.extend_from_slice(&1u32.to_ne_bytes()); // sequence
+    req.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's
+    req.extend_from_slice(&[AF_UNIX, 0, 0, 0]); // family, protocol, padding
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // every state
+    req.extend_from_slice(&ino.to_ne_bytes());
+    req.extend_from_slice(&UDIAG_SHOW_RQLEN.to_ne_bytes());
+    req.extend_from_slice(&[0xff; 8]); // no cookie
+    rustix::net::send(&diag, &req, SendFlags::empty()).ok()?;
+    let mut buf = [0u8; 1024];
+    let (got, _) = rustix::net::recv(&diag, &mut buf[..], RecvFlags::empty()).ok()?;
+    let msg = buf.get(..got)?;
+    let u16_at = |at: usize| Some(u16::from_ne_bytes(msg.get(at..at + 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_ne_bytes(msg.get(at..at + 4)?.try_into().ok()?));
+    if u16_at(4)? == NLMSG_ERROR || u32_at(20)? != ino {
+        return None;
+    }
+    let end = usize::try_from(u32_at(0)?).ok()?.min(msg.len());
+    // After struct unix_diag_msg (16 bytes), the attributes: length, type, data, each padded
+    // to 4 bytes; UNIX_DIAG_RQLEN holds the receive queue, then the outgoing one.
+    let mut at = 32;
+    while at + 4 <= end {
+        let len = usize::from(u16_at(at)?);
+        if len < 4 {
+            return None;
+        }
+        if u16_at(at + 2)? == UNIX_DIAG_RQLEN {
+            return u32_at(at + 8);
+        }
+        at += (len + 3) & !3;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unix_unread;
+    use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+
+    /// The unread part of a local socket, as the kernel reports it: some while the peer has
+    /// not read, none once it has.
+    #[test]
+    fn what_a_local_socket_s_peer_has_not_read_is_seen() {
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::empty(),
+            None,
+        )
+        .unwrap();
+        let ino = rustix::fs::fstat(&ours).unwrap().st_ino;
+        let Some(before) = unix_unread(ino) else {
+            eprintln!("no socket diagnostics in this kernel: skipped");
+            return;
+        };
+        assert_eq!(before, 0);
+        rustix::net::send(&ours, &[b'x'; 1500], SendFlags::empty()).unwrap();
+        assert!(unix_unread(ino).unwrap() > 0, "unread bytes not seen");
+        let mut buf = [0u8; 2048];
+        let mut read = 0;
+        while read < 1500 {
+            read += rustix::net::recv(&theirs, &mut buf[..], RecvFlags::empty())
+                .unwrap()
+                .0;
+        }
+        assert_eq!(unix_unread(ino), Some(0));
     }
 }

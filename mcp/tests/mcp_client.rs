@@ -45,5 +45,5 @@ fn the_official_python_client_drives_the_server() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("OK"), "{err}");
-    assert!(err.contains("Ran 25 tests"), "{err}");
+    assert!(err.contains("Ran 26 tests"), "{err}");
 }

@@ -604,6 +604,38 @@ class McpServer(unittest.TestCase):
             else:
                 self.assertEqual(later, [(f"read={read}", 1)], "unread, yet acknowledged")
 
+    def test_calls_back_to_back_over_a_socket_acknowledge_only_answers_read(self):
+        # As above, with the answers on a local socket (as Node's stdio is): the second call
+        # finds the first answer unread in the socket and acknowledges nothing; the client
+        # leaves, and the signal comes again, marked.
+        import socket
+        sigbox(self.root, "send", "steer", "over a socket", "--target", "Executor")
+        ours, theirs = socket.socketpair()
+        p = subprocess.Popen(
+            [MCP_BIN, "--root", self.root, "--as", "Executor"],
+            stdin=subprocess.PIPE, stdout=theirs.fileno(), stderr=subprocess.DEVNULL, text=True,
+        )
+        theirs.close()
+        def send(obj):
+            p.stdin.write(json.dumps(obj) + "\n")
+            p.stdin.flush()
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}})
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for i in (2, 3):
+            send({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
+            time.sleep(0.3)
+        self.assertEqual(self.log_ids(), [], "acknowledged while unread")
+        p.stdin.close()
+        ours.close()
+        p.wait(timeout=15)
+        async def go():
+            async with server(self.root) as s:
+                return text(await s.call_tool("check", {}))["signals"]
+        later = [(g["message"], g["redelivery"]) for g in self.run_async(go())]
+        self.assertEqual(later, [("over a socket", 1)])
+
     def log_ids(self):
         return [json.loads(l)["id"] for l in sigbox(self.root, "--json", "log").splitlines()]
 
