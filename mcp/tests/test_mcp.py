@@ -454,10 +454,12 @@ class McpServer(unittest.TestCase):
             p.stdin.close()
             p.wait(timeout=10)
 
-    def raw(self, *extra):
+    def raw(self, *extra, stdout=subprocess.PIPE):
+        """A server driven by hand, initialized; its answers in a pipe (read here up to the
+        initialization's), or in `stdout` (left unread)."""
         p = subprocess.Popen(
             [MCP_BIN, "--root", self.root, "--as", "Executor", *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.DEVNULL, text=True,
         )
         def send(obj):
             p.stdin.write(json.dumps(obj) + "\n")
@@ -465,7 +467,8 @@ class McpServer(unittest.TestCase):
         send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
             "clientInfo": {"name": "raw", "version": "0"}}})
-        json.loads(p.stdout.readline())
+        if stdout == subprocess.PIPE:
+            json.loads(p.stdout.readline())
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return p, send
 
@@ -611,18 +614,8 @@ class McpServer(unittest.TestCase):
         import socket
         sigbox(self.root, "send", "steer", "over a socket", "--target", "Executor")
         ours, theirs = socket.socketpair()
-        p = subprocess.Popen(
-            [MCP_BIN, "--root", self.root, "--as", "Executor"],
-            stdin=subprocess.PIPE, stdout=theirs.fileno(), stderr=subprocess.DEVNULL, text=True,
-        )
+        p, send = self.raw(stdout=theirs.fileno())
         theirs.close()
-        def send(obj):
-            p.stdin.write(json.dumps(obj) + "\n")
-            p.stdin.flush()
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}})
-        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         for i in (2, 3):
             send({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "check", "arguments": {}}})
             time.sleep(0.3)
