@@ -48,16 +48,26 @@ pub(crate) fn answers_seen(
         )
 }
 
-/// Forgets the answers acknowledged (and the ids written for them).
+/// Forgets the answers acknowledged (when `acked`), and every id written that no answer
+/// still waiting for its acknowledgement needs (a `status`, a `send`, a call whose answer was
+/// cancelled): `written` holds no more than the answers in flight, however long the session.
 pub(crate) fn forget_answers(
     answered: &Mutex<Vec<Answered>>,
     written: &Mutex<std::collections::HashSet<String>>,
+    acked: bool,
 ) {
     let mut answered = answered.lock().unwrap_or_else(|e| e.into_inner());
-    let mut written = written.lock().unwrap_or_else(|e| e.into_inner());
-    for (id, _) in answered.drain(..) {
-        written.remove(&crate::stdio::id_key(&id));
+    if acked {
+        answered.clear();
     }
+    let waiting: std::collections::HashSet<String> = answered
+        .iter()
+        .map(|(id, _)| crate::stdio::id_key(id))
+        .collect();
+    written
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|id| waiting.contains(id));
 }
 
 /// A call's id and the signals it answered with.
@@ -142,11 +152,12 @@ impl Server {
             if !held.is_empty() {
                 return Ok(true);
             }
-            if unacked.load(Ordering::SeqCst) && answers_seen(&answered, &written) {
+            let acked = unacked.load(Ordering::SeqCst) && answers_seen(&answered, &written);
+            if acked {
                 cp.ack().map_err(|e| e.to_string())?;
                 unacked.store(false, Ordering::SeqCst);
-                forget_answers(&answered, &written);
             }
+            forget_answers(&answered, &written, acked);
             let mut control = PassControl::new();
             control.ack_later().keep_handed();
             let got = match slice {
