@@ -239,6 +239,8 @@ pub(crate) async fn import_from(
     // Taken and not written yet, by stream sequence (a message delivered again replaces the
     // delivery it had).
     let mut held: BTreeMap<u64, jetstream::Message> = BTreeMap::new();
+    // The acknowledgements of the last run written, sent and not confirmed yet.
+    let mut confirming: Option<Confirming> = None;
     let mut look_again = Instant::now() + RETRY;
     let result = async {
         loop {
@@ -266,17 +268,30 @@ pub(crate) async fn import_from(
             } else {
                 Duration::from_secs(3600)
             };
-            let next = tokio::time::timeout(wait, async {
-                match stop.as_mut() {
-                    Some(stop) => tokio::select! {
-                        biased;
-                        _ = stop.wait_for(|s| *s) => None,
-                        m = messages.next() => Some(m),
-                    },
-                    None => Some(messages.next().await),
+            // A message delivered already is taken at once. Before waiting for one, the last
+            // run's acknowledgements are confirmed: an importer that waits, or stops, has
+            // nothing unconfirmed, and a confirmation that failed ends the pull at once.
+            let now = match &stop {
+                Some(s) if *s.borrow() => None,
+                _ => messages.next().now_or_never(),
+            };
+            let next = match now {
+                Some(m) => Ok(Some(m)),
+                None => {
+                    confirmed(&mut confirming).await?;
+                    tokio::time::timeout(wait, async {
+                        match stop.as_mut() {
+                            Some(stop) => tokio::select! {
+                                biased;
+                                _ = stop.wait_for(|s| *s) => None,
+                                m = messages.next() => Some(m),
+                            },
+                            None => Some(messages.next().await),
+                        }
+                    })
+                    .await
                 }
-            })
-            .await;
+            };
             match next {
                 Err(_) => continue,
                 Ok(None) | Ok(Some(None)) => return Ok(()),
@@ -320,12 +335,15 @@ pub(crate) async fn import_from(
             };
             let came_again = ready.iter().filter(|(s, _)| earlier.is_earlier(*s)).count();
             let batch: Vec<jetstream::Message> = ready.into_iter().map(|(_, m)| m).collect();
-            import_batch(b, batch, consumer, broadcasts).await?;
+            import_batch(b, batch, consumer, broadcasts, &mut confirming).await?;
             earlier.left = earlier.left.saturating_sub(came_again);
             note_imported(&mut lock(&b.imported_seq), consumer, last);
         }
     }
     .await;
+    // Nothing ends with acknowledgements unconfirmed (an importer that stops for a hand-off
+    // has its batches written and acknowledged); the first error is the one returned.
+    let result = result.and(confirmed(&mut confirming).await);
     // What was taken and not written comes again at once, in order, for this importer or for
     // the next (another host's, after a hand-off).
     while let Some(Some(Ok(m))) = messages.next().now_or_never() {
@@ -337,16 +355,31 @@ pub(crate) async fn import_from(
     result
 }
 
+/// The confirmations of one run's acknowledgements, sent together (spec/bridge.md §4): they
+/// proceed while the next batch is written.
+type Confirming = tokio::task::JoinHandle<Result<()>>;
+
+/// Waits for the confirmations of the acknowledgements in flight, if any: an error when one
+/// was not confirmed.
+async fn confirmed(confirming: &mut Option<Confirming>) -> Result<()> {
+    match confirming.take() {
+        Some(c) => c.await?,
+        None => Ok(()),
+    }
+}
+
 /// Writes a batch of messages taken from `consumer`, in order (spec/bridge.md §4): the runs of
 /// signals as one group each (written, `inputs/` fsynced once), each run acknowledged once it
-/// is durable; the other messages (hand-off marks, shared acks, this host's own broadcasts,
-/// refusals) one by one in their place. On a local error, what was not acknowledged comes
-/// again after a pause, and the error is returned.
+/// is durable, its confirmations awaited once the next run is written (in `confirming`); the
+/// other messages (hand-off marks, shared acks, this host's own broadcasts, refusals) one by
+/// one in their place, once every acknowledgement before them is confirmed. On a local error,
+/// what was not acknowledged comes again after a pause, and the error is returned.
 async fn import_batch(
     b: &Arc<Bridge>,
     batch: Vec<jetstream::Message>,
     consumer: &str,
     broadcasts: bool,
+    confirming: &mut Option<Confirming>,
 ) -> Result<()> {
     let mut run: Vec<(jetstream::Message, String, String)> = Vec::new();
     let mut rest = batch.into_iter();
@@ -364,7 +397,7 @@ async fn import_batch(
                 continue;
             }
         }
-        if let Err(e) = import_run(b, std::mem::take(&mut run)).await {
+        if let Err(e) = import_run(b, std::mem::take(&mut run), confirming).await {
             // Nothing after the run's failure is acknowledged: it all comes again.
             for m in next.into_iter().chain(rest) {
                 let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
@@ -372,6 +405,12 @@ async fn import_batch(
             return Err(e);
         }
         let Some(m) = next else { return Ok(()) };
+        if let Err(e) = confirmed(confirming).await {
+            for m in std::iter::once(m).chain(rest) {
+                let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
+            }
+            return Err(e);
+        }
         if let Err(e) = import_one(b, &m, consumer, broadcasts).await {
             for m in rest {
                 let _ = m.ack_with(AckKind::Nak(Some(RETRY * 2))).await;
@@ -381,10 +420,16 @@ async fn import_batch(
     }
 }
 
-/// One run of signals from a batch: written as one group, then acknowledged together (each
-/// acknowledgement confirmed by the server) once the group is durable; refused ones
-/// terminated. What a local error stopped is not acknowledged: it comes again after a pause.
-async fn import_run(b: &Arc<Bridge>, run: Vec<(jetstream::Message, String, String)>) -> Result<()> {
+/// One run of signals from a batch: written as one group, then acknowledged together once the
+/// group is durable (refused ones terminated). The confirmations of the run before are awaited
+/// then, and this run's are left in `confirming`: the server confirms them while the next batch
+/// is written. What a local error stopped is not acknowledged: it comes again after a pause;
+/// what came before it is acknowledged and confirmed before the error is returned.
+async fn import_run(
+    b: &Arc<Bridge>,
+    run: Vec<(jetstream::Message, String, String)>,
+    confirming: &mut Option<Confirming>,
+) -> Result<()> {
     if run.is_empty() {
         return Ok(());
     }
@@ -417,14 +462,23 @@ async fn import_run(b: &Arc<Bridge>, run: Vec<(jetstream::Message, String, Strin
             }
         }
     }
-    let confirmed = futures::future::join_all(acks.iter().map(|(m, why)| async move {
-        match why {
-            None => double_ack(m).await,
-            Some(why) => refuse(b, m, why).await,
-        }
-    }))
-    .await;
+    let before = confirmed(confirming).await;
+    let bridge = b.clone();
+    let confirm = tokio::spawn(async move {
+        let b = &bridge;
+        let confirmed = futures::future::join_all(acks.iter().map(|(m, why)| async move {
+            match why {
+                None => double_ack(m).await,
+                Some(why) => refuse(b, m, why).await,
+            }
+        }))
+        .await;
+        confirmed.into_iter().collect::<Result<()>>()
+    });
     if let Err(e) = end {
+        // What was acknowledged is confirmed (or comes again, found here) before the error
+        // ends the pull: the error returned is the write's.
+        let _ = (before, confirm.await);
         // The signal it concerns, when one of the run: nothing written of it or after it.
         let failed = run.as_slice().first().map(|(_, name, _)| name.clone());
         for (m, _, _) in run {
@@ -435,7 +489,8 @@ async fn import_run(b: &Arc<Bridge>, run: Vec<(jetstream::Message, String, Strin
             None => anyhow!("{e}"),
         });
     }
-    confirmed.into_iter().collect()
+    *confirming = Some(confirm);
+    before
 }
 
 fn header_of(m: &jetstream::Message, h: &str) -> Option<String> {
