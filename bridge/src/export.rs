@@ -339,7 +339,7 @@ async fn publish_batch(b: &Bridge, group: &[Outgoing]) -> Batch {
                             "a batch of {n} acknowledged as {count:?} stored"
                         ));
                     }
-                    tracing::debug!(batch = %id, n, seq = ack["seq"].as_u64(), "exported a batch");
+                    tracing::debug!(batch = %id, n, seq = ack["seq"].as_u64(), first = %group[0].id, last = %group[n - 1].id, "exported a batch");
                     return Batch::Stored;
                 }
                 Ok(_) => {

@@ -448,12 +448,12 @@ async fn import_run(
     for (imported, (m, name, from)) in done.into_iter().zip(run.by_ref()) {
         match imported {
             Imported::Written => {
-                tracing::debug!(%name, %from, "imported");
+                tracing::debug!(%name, %from, seq = seq_of(&m), "imported");
                 b.counts.imported.fetch_add(1, Ordering::Relaxed);
                 acks.push((m, None));
             }
             Imported::Here => {
-                tracing::debug!(%name, %from, "already here");
+                tracing::debug!(%name, %from, seq = seq_of(&m), "already here");
                 b.counts.already_here.fetch_add(1, Ordering::Relaxed);
                 acks.push((m, None));
             }
@@ -552,12 +552,12 @@ pub(crate) async fn import_one(
     let imported = tokio::task::spawn_blocking(move || mb.bridge().import(&n, &payload)).await?;
     match imported {
         Ok(Imported::Written) => {
-            tracing::debug!(%name, %from, "imported");
+            tracing::debug!(%name, %from, seq = seq_of(m), "imported");
             b.counts.imported.fetch_add(1, Ordering::Relaxed);
             double_ack(m).await
         }
         Ok(Imported::Here) => {
-            tracing::debug!(%name, %from, "already here");
+            tracing::debug!(%name, %from, seq = seq_of(m), "already here");
             b.counts.already_here.fetch_add(1, Ordering::Relaxed);
             double_ack(m).await
         }

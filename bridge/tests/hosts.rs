@@ -66,8 +66,8 @@ fn receivers(target: &Target, ty: SignalType) -> Vec<&'static str> {
     }
 }
 
-/// One delivery an agent received: (producer, seq, class, redelivery count).
-type Got = (usize, usize, Class, u32);
+/// One delivery an agent received: (producer, seq, class, redelivery count, id).
+type Got = (usize, usize, Class, u32, String);
 
 /// An agent: holds its presence on its host for the whole run and takes its signals until it
 /// has `expected` of them or the deadline passes.
@@ -100,7 +100,7 @@ fn agent(
                     .map(|(p, q)| (p.parse().unwrap(), q.parse().unwrap()))
                     .unwrap_or_else(|| panic!("{name}: unexpected signal {msg:?}"));
                 let class = plan(p, seq).2;
-                got.push((p, seq, class, s.redelivery()));
+                got.push((p, seq, class, s.redelivery(), s.id.clone()));
             }
         }
         got
@@ -192,14 +192,18 @@ fn run_workload(
                 .push(format!("{name}: P{p}#{q} not meant for it, {n} times"));
         }
         // Each producer's order, per class.
-        let mut last: HashMap<(usize, Class), usize> = HashMap::new();
-        for (p, seq, class, _) in &got {
-            if let Some(prev) = last.insert((*p, *class), *seq)
-                && prev > *seq
+        // (Each delivery's id and redelivery count are in the report: they name the files and
+        // the log lines to look for.)
+        let mut last: HashMap<(usize, Class), &Got> = HashMap::new();
+        for g in &got {
+            let (p, seq, class, again, id) = g;
+            if let Some(prev) = last.insert((*p, *class), g)
+                && prev.1 > *seq
             {
-                outcome
-                    .out_of_order
-                    .push(format!("{name}: P{p}#{seq} after P{p}#{prev} ({class:?})"));
+                outcome.out_of_order.push(format!(
+                    "{name}: P{p}#{seq} after P{p}#{} ({class:?}; {id} delivered {again} times before, after {} delivered {} times before)",
+                    prev.1, prev.4, prev.3
+                ));
             }
         }
     }
@@ -280,7 +284,7 @@ fn hosts_on(dir: &std::path::Path, urls: &[String], mailbox: &str, extra: &[&str
 /// mid-relay and the server SIGKILLed and restarted mid-stream.
 #[test]
 fn ten_thousand_signals_across_three_hosts_through_kills_and_a_server_restart() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::test_dir();
     let server = Mutex::new(Server::start(dir.path()));
     let url = server.lock().unwrap().url();
     let hosts = Mutex::new(hosts_on(dir.path(), &[url], "soak", &[]));
@@ -318,7 +322,7 @@ fn ten_thousand_signals_across_three_hosts_through_kills_and_a_server_restart() 
 /// earlier pull had left unacknowledged (the kills landed in the middle of batches).
 #[test]
 fn bridges_killed_in_the_middle_of_batches_lose_duplicate_and_reorder_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::test_dir();
     let server = Mutex::new(Server::start(dir.path()));
     let url = server.lock().unwrap().url();
     let hosts = Mutex::new(hosts_on(dir.path(), &[url], "batches", &[]));
@@ -376,7 +380,7 @@ fn bridges_killed_in_the_middle_of_batches_lose_duplicate_and_reorder_nothing() 
 /// mid-stream and never comes back; the bridges carry on through the other two.
 #[test]
 fn a_three_node_cluster_losing_a_node_loses_and_duplicates_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::test_dir();
     let nodes = Mutex::new(common::cluster(dir.path()));
     let urls: Vec<String> = nodes.lock().unwrap().iter().map(Server::url).collect();
     let hosts = Mutex::new(hosts_on(dir.path(), &urls, "cluster", &["--replicas", "3"]));
@@ -433,7 +437,7 @@ fn roots_of(hosts: &[Host]) -> Vec<PathBuf> {
 #[test]
 fn a_connection_lost_in_the_middle_of_an_export_round_reorders_nothing() {
     const N: usize = 200;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::test_dir();
     let server = Server::start(dir.path());
     let proxy = common::Proxy::start(server.port);
     let h1 = Host::start(dir.path(), "h1", &server.url(), "cut", &[]);
@@ -501,7 +505,7 @@ fn a_connection_lost_in_the_middle_of_an_export_round_reorders_nothing() {
 #[test]
 fn kills_during_bursts_of_large_signals_reorder_nothing() {
     const PER: usize = 120;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::test_dir();
     let mut server = Server::start(dir.path());
     let mut h0 = Host::start(dir.path(), "h0", &server.url(), "large", &[]);
     let mut h1 = Host::start(dir.path(), "h1", &server.url(), "large", &[]);

@@ -190,6 +190,18 @@ pub fn open(root: &Path) -> sigbox::Mailbox {
     o.open(root).unwrap()
 }
 
+/// A directory for one test's hosts and server, removed at the end unless
+/// `SIGBOX_TEST_KEEP` is set (then its path is printed: the roots, the bridges' logs and the
+/// server's store stay, for a failure to be looked into).
+pub fn test_dir() -> tempfile::TempDir {
+    let mut dir = tempfile::tempdir().unwrap();
+    if std::env::var_os("SIGBOX_TEST_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("kept: {}", dir.path().display());
+    }
+    dir
+}
+
 /// A "host": a mailbox root with its bridge process.
 pub struct Host {
     pub name: String,
@@ -240,7 +252,13 @@ impl Host {
         self.child = Some(
             Command::new(env!("CARGO_BIN_EXE_sigbox-bridge"))
                 .args(&self.args)
-                .env("RUST_LOG", "sigbox_bridge=info")
+                // `SIGBOX_TEST_BRIDGE_LOG=sigbox_bridge=debug` logs each signal exported
+                // and imported, with its stream sequence (for a failure to be looked into).
+                .env(
+                    "RUST_LOG",
+                    std::env::var("SIGBOX_TEST_BRIDGE_LOG")
+                        .unwrap_or_else(|_| "sigbox_bridge=info".into()),
+                )
                 .stdout(Stdio::null())
                 .stderr(append(&self.log))
                 .spawn()
