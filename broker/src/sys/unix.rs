@@ -24,37 +24,96 @@ pub(crate) fn list_dir(
 }
 
 /// Lists a directory already open (and not yet read from): each entry's name and kind,
-/// without `.` and `..`.
+/// without `.` and `..`, **as it was at one moment**.
 ///
-/// On Linux this is `getdents64` into a 32 KiB buffer: no `fstat` (which `opendir` adds) and
-/// no allocation per entry beyond its name. The kind comes from `d_type`, or from an `lstat`
-/// where the filesystem does not fill it in.
+/// On Linux this is `getdents64` into a buffer of this thread's, 32 KiB at first: no `fstat`
+/// (which `opendir` adds) and no allocation per entry beyond its name. The kind comes from
+/// `d_type`, or from an `lstat` where the filesystem does not fill it in.
+///
+/// One `getdents64` call runs under the directory's lock, which a rename, link or unlink in it
+/// takes exclusively, so what one call returns is the directory at one moment (less what is
+/// removed after it). A listing made of several calls is not: names added between two calls
+/// land before or after where the first stopped (in hash order on ext4), so it can hold a name
+/// added late and miss one added before it, and a consumer that lists `inputs/` while a
+/// producer sends (or a bridge imports) would take a producer's later signal before its
+/// earlier one (spec/mailbox.md §4). So a listing whose names came from more than one call is
+/// made again, from the start, into a buffer that holds the whole directory; the size it
+/// needed is kept for this thread's next listings. After [`RELISTS`] such attempts (a
+/// directory growing by half between two listings, each time) the last listing is taken as
+/// it is.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn list_fd(
     fd: &impl AsFd,
     mut each: impl FnMut(std::ffi::OsString, EntryKind),
 ) -> io::Result<()> {
+    use std::cell::RefCell;
     use std::os::unix::ffi::OsStrExt;
 
-    use rustix::fs::{AtFlags, FileType, RawDir, statat};
+    use rustix::fs::{AtFlags, FileType, RawDir, SeekFrom, statat};
 
-    let fd = fd.as_fd();
-    let mut buf = Vec::with_capacity(32 * 1024);
-    let mut entries = RawDir::new(&fd, buf.spare_capacity_mut());
-    while let Some(entry) = entries.next() {
-        let entry = entry?;
-        let name = entry.file_name();
-        if matches!(name.to_bytes(), b"." | b"..") {
-            continue;
-        }
-        let kind = kind_of(entry.file_type(), || {
-            statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)
-                .map(|st| FileType::from_raw_mode(st.st_mode))
-        });
-        each(OsStr::from_bytes(name.to_bytes()).to_os_string(), kind);
+    thread_local! {
+        static BUF: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(LIST_BUF));
     }
-    Ok(())
+    let fd = fd.as_fd();
+    BUF.with(|buf| {
+        // A listing that calls back into another one (it does not) would get a buffer of its
+        // own.
+        let mut own = Vec::new();
+        let mut guard = buf.try_borrow_mut();
+        let buf: &mut Vec<u8> = match &mut guard {
+            Ok(b) => b,
+            Err(_) => &mut own,
+        };
+        let mut names: Vec<(std::ffi::OsString, FileType)> = Vec::new();
+        for attempt in 0..=RELISTS {
+            if buf.capacity() < LIST_BUF {
+                buf.reserve(LIST_BUF);
+            }
+            names.clear();
+            let mut entries = RawDir::new(&fd, buf.spare_capacity_mut());
+            // `getdents64` calls that returned names, and the bytes of their records.
+            let (mut calls, mut bytes) = (0usize, 0usize);
+            loop {
+                let refill = entries.is_buffer_empty();
+                let Some(entry) = entries.next() else { break };
+                let entry = entry?;
+                calls += usize::from(refill);
+                let name = entry.file_name().to_bytes();
+                // A record: 19 bytes of header, the name and its NUL, aligned to 8.
+                bytes += (19 + name.len() + 1).next_multiple_of(8);
+                if matches!(name, b"." | b"..") {
+                    continue;
+                }
+                names.push((OsStr::from_bytes(name).to_os_string(), entry.file_type()));
+            }
+            if calls <= 1 || attempt == RELISTS {
+                break;
+            }
+            // Room for the whole directory, and for it to grow by half meanwhile.
+            let want = bytes + bytes / 2 + 4096;
+            buf.reserve(want.saturating_sub(buf.len()));
+            rustix::fs::seek(fd, SeekFrom::Start(0))?;
+        }
+        drop(guard);
+        for (name, d_type) in names {
+            let kind = kind_of(d_type, || {
+                statat(fd, &name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| FileType::from_raw_mode(st.st_mode))
+            });
+            each(name, kind);
+        }
+        Ok(())
+    })
 }
+
+/// The size of a thread's first listing buffer.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const LIST_BUF: usize = 32 * 1024;
+
+/// How many times a listing that took more than one `getdents64` call is made again (see
+/// [`list_fd`]).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) const RELISTS: usize = 3;
 
 /// An entry's kind from its `d_type`, or from `lstat` (`stat`) where the filesystem left it
 /// unknown.

@@ -56,3 +56,58 @@ fn a_listing_gives_every_entry_with_its_kind() {
     assert!(!got.contains_key(std::ffi::OsStr::new(".")));
     assert!(!got.contains_key(std::ffi::OsStr::new("..")));
 }
+
+/// A listing is the directory at one moment: a name another process added after another is
+/// never listed without it. The directory holds more names than one 32 KiB `getdents64`
+/// buffer, and a shell adds names to it as fast as it can (nothing is removed), while this
+/// thread lists it again and again. Listed in several calls, names added between two calls
+/// land before or after where the first call stopped, and the listing misses earlier ones.
+#[test]
+fn a_listing_never_holds_a_later_name_without_an_earlier_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for i in 0..3000 {
+        std::fs::write(d.join(format!("old.{i:0>60}")), b"").unwrap();
+    }
+    let mut writer = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("i=0; while [ $i -lt 30000 ]; do : > n.$i; i=$((i+1)); done")
+        .current_dir(d)
+        .spawn()
+        .unwrap();
+    let (mut listings, mut while_adding) = (0, 0);
+    let mut torn = Vec::new();
+    loop {
+        let done = writer.try_wait().unwrap().is_some();
+        let mut seen: Vec<u64> = Vec::new();
+        list_dir(d, |name, _| {
+            if let Some(n) = name.to_str().and_then(|n| n.strip_prefix("n.")) {
+                seen.push(n.parse().unwrap());
+            }
+        })
+        .unwrap();
+        seen.sort_unstable();
+        listings += 1;
+        if let Some(&last) = seen.last() {
+            while_adding += usize::from(!done);
+            let missing = last + 1 - seen.len() as u64;
+            if missing > 0 {
+                torn.push(format!("n.{last} listed without {missing} earlier names"));
+            }
+        }
+        if done {
+            break;
+        }
+    }
+    assert!(
+        torn.is_empty(),
+        "{} of {listings} listings: {:?}",
+        torn.len(),
+        &torn[..torn.len().min(5)]
+    );
+    // The listings raced the writer.
+    assert!(
+        while_adding > 10,
+        "only {while_adding} listings while names were added"
+    );
+}
