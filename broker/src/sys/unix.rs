@@ -39,8 +39,8 @@ pub(crate) fn list_dir(
 /// earlier one (spec/mailbox.md §4). So a listing whose names came from more than one call is
 /// made again, from the start, into a buffer that holds the whole directory; the size it
 /// needed is kept for this thread's next listings. After [`RELISTS`] such attempts (a
-/// directory growing by half between two listings, each time) the last listing is taken as
-/// it is.
+/// directory growing by half between two listings, each time), or when the buffer is at its
+/// largest ([`LIST_MAX`]), the last listing is taken as it is.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn list_fd(
     fd: &impl AsFd,
@@ -86,12 +86,13 @@ pub(crate) fn list_fd(
                 }
                 names.push((OsStr::from_bytes(name).to_os_string(), entry.file_type()));
             }
-            if calls <= 1 || attempt == RELISTS {
+            // A buffer at its largest cannot do better: the listing is taken as it is.
+            if calls <= 1 || attempt == RELISTS || buf.capacity() >= LIST_MAX {
                 break;
             }
             // Room for the whole directory, and for it to grow by half meanwhile.
-            let want = bytes + bytes / 2 + 4096;
-            buf.reserve(want.saturating_sub(buf.len()));
+            let want = (bytes + bytes / 2 + 4096).min(LIST_MAX);
+            buf.reserve_exact(want);
             rustix::fs::seek(fd, SeekFrom::Start(0))?;
         }
         drop(guard);
@@ -109,6 +110,11 @@ pub(crate) fn list_fd(
 /// The size of a thread's first listing buffer.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 const LIST_BUF: usize = 32 * 1024;
+
+/// The largest a thread's listing buffer grows: 16 MiB, a directory of about 150,000 names
+/// of a signal's length. A larger one is listed in several calls, as it is.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const LIST_MAX: usize = 16 * 1024 * 1024;
 
 /// How many times a listing that took more than one `getdents64` call is made again (see
 /// [`list_fd`]).
