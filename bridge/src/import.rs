@@ -343,7 +343,15 @@ pub(crate) async fn import_from(
     .await;
     // Nothing ends with acknowledgements unconfirmed (an importer that stops for a hand-off
     // has its batches written and acknowledged); the first error is the one returned.
-    let result = result.and(confirmed(&mut confirming).await);
+    let last = confirmed(&mut confirming).await;
+    let result = match (result, last) {
+        (Err(e), Err(also)) => {
+            b.counts
+                .error(&format!("import from {consumer}"), &format!("{also:#}"));
+            Err(e)
+        }
+        (result, last) => result.and(last),
+    };
     // What was taken and not written comes again at once, in order, for this importer or for
     // the next (another host's, after a hand-off).
     while let Some(Some(Ok(m))) = messages.next().now_or_never() {
@@ -477,8 +485,15 @@ async fn import_run(
     });
     if let Err(e) = end {
         // What was acknowledged is confirmed (or comes again, found here) before the error
-        // ends the pull: the error returned is the write's.
-        let _ = (before, confirm.await);
+        // ends the pull: the error returned is the write's, the others are logged.
+        for r in [
+            before,
+            confirm.await.map_err(anyhow::Error::from).and_then(|r| r),
+        ] {
+            if let Err(e) = r {
+                b.counts.error("import", &format!("{e:#}"));
+            }
+        }
         // The signal it concerns, when one of the run: nothing written of it or after it.
         let failed = run.as_slice().first().map(|(_, name, _)| name.clone());
         for (m, _, _) in run {
