@@ -1,27 +1,23 @@
 //! The importers (spec/bridge.md §4, §5): one per consumer this host pulls from, each writing
-//! what it pulls into the mailbox before acknowledging it; and the sharing of this host's
-//! broadcast acks with the other hosts.
+//! what it pulls into the mailbox before acknowledging it, and the broadcast acks other hosts
+//! share (`acks.rs` shares this host's).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
-use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::{self, AckKind, Context};
 use futures::FutureExt as _;
 use futures::StreamExt as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sigbox::Imported;
 
 use crate::names::header;
 use crate::shared::{Bridge, RETRY, lock};
 use crate::streams::setup;
-
-/// How often this host's broadcast acks are looked at, to share the new ones.
-pub(crate) const ACKS_EVERY: Duration = Duration::from_millis(300);
 
 /// Pulls from one durable consumer and writes each signal into the mailbox, then
 /// acknowledges it and waits for the server to confirm the acknowledgement. One signal at a
@@ -613,50 +609,6 @@ pub(crate) async fn import_ack(b: &Arc<Bridge>, m: &jetstream::Message, from: &s
             refuse(b, m, &format!("an ack from {from} refused: {e}")).await
         }
         Err(e) => retry_later(m, anyhow!("an ack of {id} by {agent}: {e}")).await,
-    }
-}
-
-/// Shares this host's broadcast acks with the other hosts, each once per run (the stream drops
-/// what it already has, by id).
-pub(crate) async fn ack_export_loop(b: Arc<Bridge>, js: Context) {
-    let mut shared: HashSet<(String, String)> = HashSet::new();
-    loop {
-        let mb = b.mb.clone();
-        match tokio::task::spawn_blocking(move || mb.bridge().acks()).await {
-            Ok(Ok(acks)) => {
-                let mut pending = Vec::new();
-                for (id, agent) in acks.into_iter().filter(|a| !shared.contains(a)) {
-                    let mut headers = HeaderMap::new();
-                    headers.insert(
-                        async_nats::header::NATS_MESSAGE_ID,
-                        format!("ack~{id}~{agent}").as_str(),
-                    );
-                    headers.insert(header::HOST, b.host.as_str());
-                    let body = json!({"id": id, "agent": agent}).to_string();
-                    match js
-                        .publish_with_headers(b.names.ack_subject(), headers, body.into())
-                        .await
-                    {
-                        Ok(f) => pending.push(((id, agent), f)),
-                        Err(e) => {
-                            b.counts.error("cannot share an ack", &e);
-                            break;
-                        }
-                    }
-                }
-                for (key, f) in pending {
-                    match f.await {
-                        Ok(_) => {
-                            shared.insert(key);
-                        }
-                        Err(e) => b.counts.error("cannot share an ack", &e),
-                    }
-                }
-            }
-            Ok(Err(e)) => b.counts.error("acks", &e),
-            Err(e) => b.counts.error("acks", &e),
-        }
-        tokio::time::sleep(ACKS_EVERY).await;
     }
 }
 

@@ -13,6 +13,7 @@
 //! - `names.rs`: streams, subjects and consumers, named once.
 //! - `status.rs`: `sigbox bridge status`.
 
+mod acks;
 mod asks;
 mod export;
 mod hosts;

@@ -16,10 +16,11 @@ use sigbox::MailboxOptions;
 use tokio::task::JoinHandle;
 
 use crate::Cli;
+use crate::acks::ack_export_loop;
 use crate::asks::{asks_export_loop, asks_import_loop};
 use crate::export::{export_loop, watch_inputs};
 use crate::hosts::Hosts;
-use crate::import::{ack_export_loop, import_loop};
+use crate::import::import_loop;
 use crate::names::{self, Names};
 use crate::presence::{look_at_presence, presence_loop};
 use crate::shared::{Bridge, Counters, RETRY, lock};
