@@ -56,14 +56,9 @@ pub(crate) fn list_fd(
     }
     let fd = fd.as_fd();
     BUF.with(|buf| {
-        // A listing that calls back into another one (it does not) would get a buffer of its
-        // own.
-        let mut own = Vec::new();
-        let mut guard = buf.try_borrow_mut();
-        let buf: &mut Vec<u8> = match &mut guard {
-            Ok(b) => b,
-            Err(_) => &mut own,
-        };
+        // Released before `each` is called: a listing never runs inside another.
+        let mut guard = buf.borrow_mut();
+        let buf: &mut Vec<u8> = &mut guard;
         let mut names: Vec<(std::ffi::OsString, FileType)> = Vec::new();
         for attempt in 0..=RELISTS {
             if buf.capacity() < LIST_BUF {
