@@ -169,6 +169,25 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             );
         }
     }
+    // An ack is a regular file: anything else under an ack's name never counts (the agent's
+    // next pass quarantines it and delivers the broadcast).
+    for e in entries(&layout.acks) {
+        let dir = layout.acks.join(&e.name);
+        for a in entries(&dir) {
+            let agent = a.name.to_str().and_then(Layout::ack_agent);
+            if a.kind != EntryKind::File && agent.is_some() {
+                problem(
+                    &dir.join(&a.name),
+                    format!(
+                        "is {} under an ack's name: it does not count as {}'s ack; that \
+                         agent's next checkpoint quarantines it and delivers the broadcast",
+                        a.kind.describe(),
+                        agent.unwrap_or_default()
+                    ),
+                );
+            }
+        }
+    }
     for e in entries(&layout.agents) {
         if e.kind != EntryKind::File && e.name.to_string_lossy().ends_with(".lock") {
             problem(
@@ -350,6 +369,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
             ),
         });
     }
+    stopped_holders(&layout, &mut out);
     if let Ok(processed) = mb.processed() {
         for s in processed {
             match s {
@@ -370,6 +390,29 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// A process stopped (Ctrl-Z, SIGSTOP, `docker pause`, a debugger) while it holds a lock of
+/// the root: what it held waits for it (spec/mailbox.md §9.11). Other agents go on; its own
+/// agent's consumers skip what it holds, or wait for it a bounded time.
+fn stopped_holders(layout: &Layout, out: &mut Vec<Finding>) {
+    for (pid, path) in crate::sys::stopped_holders_below(&layout.root) {
+        let what = match path.strip_prefix(&layout.root) {
+            Ok(p) if p.as_os_str().is_empty() => {
+                "the root's fsync lock (others sync without it)".to_string()
+            }
+            Ok(p) => format!("a lock on {}", p.display()),
+            Err(_) => format!("a lock on {}", path.display()),
+        };
+        out.push(Finding {
+            severity: Severity::Problem,
+            path,
+            message: format!(
+                "process {pid} is stopped and holds {what}: what it holds waits for it (other \
+                 agents go on without it); `kill -CONT {pid}` lets it go on, or end it"
+            ),
+        });
+    }
 }
 
 /// The finding for a layout directory that is something else.

@@ -49,6 +49,8 @@ mod readme;
 mod root_moves;
 #[path = "schemas.rs"]
 mod schemas;
+#[path = "stopped.rs"]
+mod stopped;
 #[path = "streams_cli.rs"]
 mod streams_cli;
 

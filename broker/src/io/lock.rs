@@ -10,6 +10,31 @@ use super::{FsOp, Io};
 use crate::error::{Error, Result};
 use crate::sys::{self};
 
+/// How long [`Io::wait_lock_dir`] waits while the lock's holder runs: it holds it for a few
+/// reads, a move and its fsyncs.
+const DIR_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What [`Io::wait_lock_dir`] found.
+#[derive(Debug)]
+pub(crate) enum DirLock {
+    /// Locked, for as long as the descriptor lives.
+    Held {
+        /// The locked descriptor.
+        _lock: File,
+    },
+    /// The directory is gone.
+    Gone,
+    /// Another process holds it: stopped, or for longer than the wait.
+    Busy,
+}
+
+impl DirLock {
+    /// True unless another process holds the lock.
+    pub(crate) fn had(&self) -> bool {
+        !matches!(self, DirLock::Busy)
+    }
+}
+
 impl Io {
     /// Opens (creating if needed) a presence lock file. `flock` works on a read-only descriptor,
     /// so a lock file another user created (and may not have made writable) is opened
@@ -100,16 +125,23 @@ impl Io {
         }
     }
 
-    /// [`Io::lock_dir`], waiting for the lock while another holds it: `Ok(None)` only when
-    /// the directory is gone. For a decision made across processes in a few steps (a
-    /// broadcast's archive against the take-back of one of its acks, spec/mailbox.md §9.4).
-    pub(crate) fn wait_lock_dir(&self, path: &Path) -> Result<Option<File>> {
+    /// [`Io::lock_dir`], waiting for the lock while another holds it, for a decision made
+    /// across processes in a few steps (a broadcast's archive against the take-back of one of
+    /// its acks, spec/mailbox.md §9.4). Waited for at most [`DIR_LOCK_WAIT`], and not at all
+    /// once its holder is stopped (§9.11): the caller then leaves the decision to a later pass.
+    pub(crate) fn wait_lock_dir(&self, path: &Path) -> Result<DirLock> {
         let Some(file) = self.open_dir_to_lock(path)? else {
-            return Ok(None);
+            return Ok(DirLock::Gone);
         };
-        file.lock()
-            .map_err(|e| Error::io(path, "cannot lock directory", e))?;
-        Ok(Some(file))
+        match sys::lock_bounded(&file, DIR_LOCK_WAIT, true) {
+            Ok(sys::Bounded::Held) => Ok(DirLock::Held { _lock: file }),
+            Ok(sys::Bounded::Busy(holders)) => {
+                tracing::warn!(dir = %path.display(), holders = %sys::describe_holders(&holders),
+                    "a lock another process holds: what it decides is left for a later pass");
+                Ok(DirLock::Busy)
+            }
+            Err(e) => Err(Error::io(path, "cannot lock directory", e)),
+        }
     }
 
     /// True when another open file description holds a lock on `path` (a non-blocking

@@ -30,8 +30,9 @@ mod rename;
 mod root;
 mod write;
 
+pub(crate) use lock::DirLock;
 pub(crate) use read::{ReadOutcome, is_hard_link_reason};
-pub(crate) use rename::Linked;
+pub(crate) use rename::{Linked, SecondLink};
 
 /// Whether writes wait for the disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -222,11 +223,6 @@ pub(crate) struct Io {
     link_claims: std::sync::OnceLock<AtomicBool>,
     /// The options' or the environment's choice, if any.
     link_forced: Option<bool>,
-    /// The rename lock's directory, opened at the first claim by link and kept: a claim then
-    /// needs no new descriptor (a pass out of descriptors still commits what it claimed). The
-    /// mutex keeps two threads of this handle apart, which one `flock` on one open file
-    /// cannot.
-    claim_lock: std::sync::Mutex<Option<sys::Dir>>,
     /// The directory every path below it is resolved from, never through a symlink
     /// ([`Io::set_root`]); paths outside it are used as given.
     root: std::sync::RwLock<Option<Arc<sys::Root>>>,
@@ -255,7 +251,6 @@ impl Io {
             rename_lock: None,
             lock_warned: AtomicBool::new(false),
             link_claims: std::sync::OnceLock::new(),
-            claim_lock: std::sync::Mutex::new(None),
             link_forced: opts.link_claims.or_else(|| {
                 match std::env::var_os(LINK_CLAIMS_ENV)?.to_str()? {
                     "1" => Some(true),

@@ -10,19 +10,43 @@ use super::{FsOp, Io, Renamed};
 use crate::error::{Error, Result};
 use crate::sys::{self, Stamp};
 
-/// The rename lock held on the kept descriptor ([`Io::claim_locked`]), with the mutex that
-/// keeps this handle's threads apart; released when dropped (the descriptor stays open).
-struct ClaimLock<'a> {
-    kept: std::sync::MutexGuard<'a, Option<sys::Dir>>,
-    held: bool,
+/// How long a claim by link, or the removal of a second link, waits for a signal file's own
+/// lock while the process holding it runs ([`Io::lock_file`]): a holder keeps it for one
+/// link, or one link, fsync and unlink.
+const FILE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long a portable no-clobber rename waits for the rename lock while its holder runs.
+const RENAME_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A signal file's own lock, held (spec/mailbox.md §9.11): an exclusive `flock` on its inode,
+/// released when dropped. Only the processes that work on that one file ever wait for it.
+pub(crate) struct FileLock {
+    _file: File,
 }
 
-impl Drop for ClaimLock<'_> {
-    fn drop(&mut self) {
-        if let (true, Some(d)) = (self.held, self.kept.as_ref()) {
-            let _ = rustix::fs::flock(d, rustix::fs::FlockOperation::Unlock);
-        }
-    }
+/// What [`Io::lock_file`] found.
+enum FileLocked {
+    /// Locked; the file's stamp under the lock.
+    Held(FileLock, Stamp),
+    /// Nothing there.
+    Gone,
+    /// Not a regular file, or one this process cannot open: nothing to lock.
+    Unlockable,
+    /// Another process holds the file's lock (stopped, or for longer than the wait).
+    Busy(Vec<sys::Holder>),
+}
+
+/// What [`Io::remove_second_link`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SecondLink {
+    /// The name is gone; the file keeps its other link.
+    Removed,
+    /// Nothing removed: the file has one link (or none) by now.
+    Kept,
+    /// Nothing removed: another process holds the file's lock (a claim under way, or a
+    /// resolution of the same links from the other side) and is stopped, or held it for
+    /// longer than the wait. The file is left as it is, for a later pass.
+    Busy(Vec<sys::Holder>),
 }
 
 /// What [`Io::link_exclusive`] did.
@@ -84,17 +108,26 @@ impl Io {
         sys::rename_checked_at(src, dst)
     }
 
-    /// Takes the rename lock: the exclusive `flock` that every portable no-clobber rename and
-    /// every claim by link of this mailbox holds (on `tmp/`; without a mailbox, on the
-    /// destination's directory). `None` where the filesystem has no locks (some network
-    /// filesystems), reported once. Never taken twice by one thread: `flock` on a second
-    /// descriptor would wait for the first.
+    /// Takes the rename lock: the exclusive `flock` that every portable no-clobber rename of
+    /// this mailbox holds (on `tmp/`; without a mailbox, on the destination's directory).
+    /// `None` where the filesystem has no locks (some network filesystems), reported once.
+    /// Waited for at most [`RENAME_LOCK_WAIT`], and not at all once its holder is stopped:
+    /// then the rename fails with an error naming the holder (spec/mailbox.md §9.11).
     fn rename_lock_for(&self, to: &Path) -> io::Result<Option<File>> {
         let dir = self.rename_lock_dir(to);
-        let locked = sys::dir_at(self.root().as_ref(), dir)
-            .and_then(sys::Dir::into_file)
-            .and_then(|f| f.lock().map(|()| f));
-        self.lock_or_warn(dir, locked)
+        let file = sys::dir_at(self.root().as_ref(), dir).and_then(sys::Dir::into_file)?;
+        match sys::lock_bounded(&file, RENAME_LOCK_WAIT, true) {
+            Ok(sys::Bounded::Held) => Ok(Some(file)),
+            Ok(sys::Bounded::Busy(holders)) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "the rename lock on {} is held by {}; nothing was moved",
+                    dir.display(),
+                    sys::describe_holders(&holders)
+                ),
+            )),
+            Err(e) => self.lock_or_warn(dir, Err::<File, _>(e)),
+        }
     }
 
     /// The directory the rename lock is on (see [`Io::rename_lock_for`]).
@@ -124,58 +157,98 @@ impl Io {
         }
     }
 
-    /// Takes the rename lock on a descriptor kept from the first claim by link on: the
-    /// layout's own descriptor of `tmp/` where the root keeps one, so that claims (and the
-    /// resolution of their second links) need no descriptor of their own, and a pass short of
-    /// descriptors fails at its first claim, before anything is claimed. Released when the
-    /// guard drops. Only for a mailbox, whose rename lock is one directory (`tmp/`).
-    fn claim_locked(&self, to: &Path) -> io::Result<ClaimLock<'_>> {
-        let mut kept = self.claim_lock.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.is_none() {
-            *kept = Some(sys::dir_at(self.root().as_ref(), self.rename_lock_dir(to))?);
-        }
-        let dir = self.rename_lock_dir(to);
-        let held = {
-            let d = kept.as_ref().expect("opened above");
-            let locked = rustix::fs::flock(d, rustix::fs::FlockOperation::LockExclusive)
-                .map_err(io::Error::from);
-            self.lock_or_warn(dir, locked)?.is_some()
+    /// Takes the lock of the signal file at `path` (spec/mailbox.md §9.11): an exclusive
+    /// `flock` on its inode, which every claim by link of that file and every removal of one
+    /// of its links holds, from whichever of its names. It is looked at first (`lstat`) and
+    /// opened only when it is a regular file (never a FIFO or a device, never through a
+    /// symlink); the open descriptor must be the inode looked at. Waited for at most
+    /// [`FILE_LOCK_WAIT`], and not at all once its holder is stopped. Two threads of one
+    /// process are kept apart too: each opens the file anew, and `flock`s on two open file
+    /// descriptions exclude each other.
+    fn lock_file(&self, place: (&sys::Dir, &std::ffi::OsStr)) -> io::Result<FileLocked> {
+        let st = match sys::stat_at(place.0, place.1) {
+            Ok(st) => st,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(FileLocked::Gone),
+            Err(e) => return Err(e),
         };
-        Ok(ClaimLock { kept, held })
-    }
-
-    /// Removes the name `path` of a file with another name, under the rename lock, only while
-    /// the file still has more than one link: of two processes resolving one file's two links
-    /// from either side (spec/mailbox.md §9.6), one removes a link, the other finds one link
-    /// left and keeps it. False when nothing was removed.
-    pub(crate) fn remove_second_link(&self, path: &Path) -> Result<bool> {
-        self.check_poison(path)?;
-        let _held = self
-            .claim_locked(path)
-            .map_err(|e| Error::io(path, "cannot lock to remove", e))?;
-        match self.stamp(path)? {
-            Some(st) if st.nlink >= 2 => self.remove(path),
-            _ => Ok(false),
+        if st.kind != sys::EntryKind::File {
+            return Ok(FileLocked::Unlockable);
+        }
+        let file = match sys::open_untrusted_at(place.0, place.1, rustix::fs::OFlags::RDONLY) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(FileLocked::Gone),
+            // Another user's private file, or a name that became a symlink meanwhile.
+            Err(_) => return Ok(FileLocked::Unlockable),
+        };
+        match sys::lock_bounded(&file, FILE_LOCK_WAIT, true) {
+            Ok(sys::Bounded::Held) => {}
+            Ok(sys::Bounded::Busy(holders)) => return Ok(FileLocked::Busy(holders)),
+            // No locks on this filesystem: the link count alone, as where none were taken.
+            Err(e) if !sys::is_transient(&e) => {
+                if !self.lock_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "cannot lock signal files: claims by link rely on link counts alone");
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        // The file locked is the one under the name now: a name replaced meanwhile is looked
+        // at again by the caller's next pass.
+        let now = sys::stamp(&file.metadata()?);
+        match sys::stat_at(place.0, place.1) {
+            Ok(named) if (named.dev, named.ino) == (now.dev, now.ino) => {
+                Ok(FileLocked::Held(FileLock { _file: file }, now))
+            }
+            Ok(_) => Ok(FileLocked::Busy(Vec::new())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(FileLocked::Gone),
+            Err(e) => Err(e),
         }
     }
 
-    /// The first step of a claim by link (spec/mailbox.md §9.10): under the rename lock, a
-    /// second name `to` for the file at `from`, only when `from` is a regular file with one
-    /// link. The lock and the link count make it exclusive: while one claim's link stands, the
-    /// source has two links and no other claim links it, so the claim that removes the source
-    /// later is the only one holding it. Without a `link` (a filesystem that makes none, or
-    /// something else than a regular file) the caller moves the file by rename.
+    /// Removes the name `path` of a file with another name, under the file's own lock, only
+    /// while the file still has more than one link: of two processes resolving one file's two
+    /// links from either side (spec/mailbox.md §9.6), one removes a link, the other finds one
+    /// link left and keeps it. False when nothing was removed.
+    pub(crate) fn remove_second_link(&self, path: &Path) -> Result<bool> {
+        Ok(self.remove_second_link_or_busy(path)? == SecondLink::Removed)
+    }
+
+    /// [`Io::remove_second_link`], saying when another process holds the file's lock.
+    pub(crate) fn remove_second_link_or_busy(&self, path: &Path) -> Result<SecondLink> {
+        self.check_poison(path)?;
+        let fail = |e: io::Error| Error::io(path, "cannot lock to remove", e);
+        let place = self.place_io(path).map_err(fail)?;
+        let _held = match self.lock_file((&place.0, place.1)).map_err(fail)? {
+            FileLocked::Held(lock, st) if st.nlink >= 2 => lock,
+            FileLocked::Held(..) | FileLocked::Gone | FileLocked::Unlockable => {
+                return Ok(SecondLink::Kept);
+            }
+            FileLocked::Busy(holders) => return Ok(SecondLink::Busy(holders)),
+        };
+        Ok(match self.remove(path)? {
+            true => SecondLink::Removed,
+            false => SecondLink::Kept,
+        })
+    }
+
+    /// The first step of a claim by link (spec/mailbox.md §9.10): under the file's own lock
+    /// ([`Io::lock_file`]), a second name `to` for the file at `from`, only when `from` is a
+    /// regular file with one link. The lock and the link count make it exclusive: while one
+    /// claim's link stands, the source has two links and no other claim links it, so the claim
+    /// that removes the source later is the only one holding it. Without a `link` (a filesystem
+    /// that makes none, or something else than a regular file) the caller moves the file by
+    /// rename. A file whose lock another process holds (stopped, or past the wait) is
+    /// [`Linked::Busy`], as one with a second link is: only its own claimers ever wait for it.
     ///
-    /// The rename lock is kept until the returned guard drops: a move that must look whole to
+    /// The file's lock is kept until the returned guard drops: a move that must look whole to
     /// every process resolving second links (an archive into `processed/`, whose link a
     /// resolver would otherwise take for an interrupted claim's) holds it until its source is
-    /// gone; a caller that does not drops it at once. Nothing that takes the rename lock may
-    /// run while the guard is held.
+    /// gone; a caller that does not drops it at once. Nothing that takes the same file's lock
+    /// may run in this thread while the guard is held.
     pub(crate) fn link_exclusive(
         &self,
         from: &Path,
         to: &Path,
-    ) -> Result<(Linked, Option<impl Drop + '_>)> {
+    ) -> Result<(Linked, Option<FileLock>)> {
         self.check_poison(from)?;
         let fail = |e: io::Error| match e.downcast::<Error>() {
             Ok(refused) => refused,
@@ -185,15 +258,18 @@ impl Io {
             self.place_io(from).map_err(fail)?,
             self.place_io(to).map_err(fail)?,
         );
-        let held = self.claim_locked(to).map_err(fail)?;
-        let st = match sys::stat_at(&src.0, src.1) {
-            Ok(st) => st,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Linked::SourceGone, None)),
-            Err(e) => return Err(fail(e)),
+        let (held, st) = match self.lock_file((&src.0, src.1)).map_err(fail)? {
+            FileLocked::Held(lock, st) => (lock, st),
+            FileLocked::Gone => return Ok((Linked::SourceGone, None)),
+            FileLocked::Unlockable => return Ok((Linked::Unlinkable, None)),
+            FileLocked::Busy(holders) => {
+                if holders.iter().any(|h| h.stopped) {
+                    tracing::warn!(file = %from.display(), holders = %sys::describe_holders(&holders),
+                        "a signal is held by a stopped process's claim: it waits for that process");
+                }
+                return Ok((Linked::Busy, None));
+            }
         };
-        if st.kind != sys::EntryKind::File {
-            return Ok((Linked::Unlinkable, None));
-        }
         if st.nlink != 1 {
             return Ok((Linked::Busy, None));
         }

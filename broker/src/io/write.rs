@@ -9,6 +9,10 @@ use super::{Durability, FsOp, Io};
 use crate::error::{Error, Result};
 use crate::sys::{self};
 
+/// How long an fsync waits for the root's fsync lock while its holder runs
+/// ([`Io::sync_serialized`]): a holder keeps it for one fsync.
+const SYNC_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl Io {
     /// `mkdir`; `Ok(false)` when the directory already exists.
     pub(crate) fn create_dir(&self, path: &Path) -> Result<bool> {
@@ -235,19 +239,39 @@ impl Io {
     /// reached the disk: a `send` could return with its name not yet durable, or a stage's
     /// removal not durable while its inode is used again. The lock is the root directory's
     /// own `flock`, which nothing else takes.
-    fn sync_serialized(&self, dir: &File) -> io::Result<()> {
+    ///
+    /// The lock binds nobody for long (spec/mailbox.md §9.11): it is waited for at most
+    /// [`SYNC_LOCK_WAIT`], and not at all once its holder is stopped (a stopped process has
+    /// no fsync under way: a stop takes effect only between two system calls). Without it,
+    /// the fsync is followed by a `syncfs` of the root's filesystem, which waits for every
+    /// write under way there, another process's fsync of the same directory included: the
+    /// same promise, at the cost of writing what else is dirty on that filesystem.
+    fn sync_serialized(&self, file: &File) -> io::Result<()> {
         let root = match self.link_claims() {
             true => self.root(),
             false => None,
         };
-        let locked = root.as_ref().is_some_and(|r| {
-            rustix::fs::flock(r.as_ref(), rustix::fs::FlockOperation::LockExclusive).is_ok()
-        });
-        let synced = dir.sync_all();
-        if locked && let Some(r) = &root {
-            let _ = rustix::fs::flock(r.as_ref(), rustix::fs::FlockOperation::Unlock);
+        let Some(root) = root else {
+            return file.sync_all();
+        };
+        match sys::lock_bounded(root.as_ref(), SYNC_LOCK_WAIT, true) {
+            Ok(sys::Bounded::Held) => {
+                let synced = file.sync_all();
+                let _ = rustix::fs::flock(root.as_ref(), rustix::fs::FlockOperation::Unlock);
+                synced
+            }
+            Ok(sys::Bounded::Busy(holders)) => {
+                tracing::debug!(holders = %sys::describe_holders(&holders),
+                    "the root's fsync lock is held: fsync, then syncfs");
+                file.sync_all()?;
+                match sys::sync_filesystem(file) {
+                    Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(()),
+                    other => other,
+                }
+            }
+            // No locks on this filesystem: as without the lock.
+            Err(_) => file.sync_all(),
         }
-        synced
     }
 
     /// `unlink`; `Ok(false)` when the file is already gone.

@@ -19,6 +19,7 @@ use crate::error::Result;
 use crate::io::ReadOutcome;
 use crate::name::own;
 use crate::signal::{Signal, Target};
+use crate::sys::EntryKind;
 
 impl Mailbox {
     /// Delivers a broadcast to `agent` once: writes its marker into the handle's `slot`,
@@ -94,8 +95,8 @@ impl Mailbox {
                         };
                         let ack_dir = self.layout.ack_dir(&id);
                         let [ack, upstream_ack] = Layout::ack_names(agent).map(|n| ack_dir.join(n));
-                        if self.io.stamp(&ack)?.is_some()
-                            || self.io.stamp(&upstream_ack)?.is_some()
+                        if self.ack_counts(&ack, Some((agent, &mut *pass)))?
+                            || self.ack_counts(&upstream_ack, Some((agent, &mut *pass)))?
                             || self.upstream_acks(&id, &stamp)?.iter().any(|a| a == agent)
                         {
                             remember();
@@ -156,13 +157,43 @@ impl Mailbox {
         )
     }
 
+    /// True when an ack stands at `path`: a regular file, as sigbox and upstream write them.
+    /// Anything else under an ack's name (a FIFO, a directory, a symlink, a socket) is no ack
+    /// (spec/mailbox.md §9.4): it never counts, and with `quarantine` (the agent's pass) it is
+    /// quarantined like any other hostile entry, so that the name is free for the agent's real
+    /// ack and the agent gets its broadcast.
+    fn ack_counts(
+        &self,
+        path: &std::path::Path,
+        quarantine: Option<(&str, &mut Pass)>,
+    ) -> Result<bool> {
+        let Some(st) = self.io.stamp(path)? else {
+            return Ok(false);
+        };
+        if st.kind == EntryKind::File {
+            return Ok(true);
+        }
+        if let (Some((agent, pass)), Some(dir), Some(name)) =
+            (quarantine, path.parent(), path.file_name())
+        {
+            let reason = format!(
+                "{} under an ack's name: an ack is a regular file that sigbox or upstream \
+                 writes, so this one does not count, and the agent is given its broadcast",
+                st.kind.describe()
+            );
+            self.quarantine_into(pass, dir, name, &reason, agent)?;
+        }
+        Ok(false)
+    }
+
     /// The agents that have acked broadcast `id` (sigbox's `.ack` and upstream's
-    /// `.ack.yaml`), sorted.
+    /// `.ack.yaml`, regular files only: [`Mailbox::ack_counts`]), sorted.
     pub fn acked_by(&self, id: &str) -> Result<Vec<String>> {
         let mut out: Vec<String> = self
             .io
             .list(&self.layout.ack_dir(id), true)?
             .into_iter()
+            .filter(|e| e.kind == EntryKind::File)
             .filter_map(|e| Layout::ack_agent(e.name.to_str()?).map(String::from))
             .collect();
         out.sort();
@@ -194,7 +225,7 @@ impl Mailbox {
             if self
                 .io
                 .stamp(&dir.join(&e.name))?
-                .is_some_and(|st| st.mtime_clamped_ns() >= since)
+                .is_some_and(|st| st.kind == EntryKind::File && st.mtime_clamped_ns() >= since)
             {
                 out.push(agent.to_string());
             }
@@ -233,8 +264,9 @@ impl Mailbox {
         // The acks are read again and the broadcast archived under the lock on its acks,
         // which the take-back of an ack waits for (`Mailbox::undo`): an ack counted here is
         // never removed before the broadcast has left `inputs/`.
-        let _decided = self.io.wait_lock_dir(&self.layout.ack_dir(&id))?;
-        if !self.unacked(&id, &stamp)?.is_empty() {
+        // Held by a process that is stopped (or for long): archived by a later pass.
+        let decided = self.io.wait_lock_dir(&self.layout.ack_dir(&id))?;
+        if !decided.had() || !self.unacked(&id, &stamp)?.is_empty() {
             return Ok(None);
         }
         let archived = self.archive(name, agent, Archived::Delivered, &[])?;
@@ -283,7 +315,12 @@ impl Mailbox {
                 continue;
             };
             // As in `archive_if_acked`: an ack counted here stays until the archive is done.
-            let _decided = self.io.wait_lock_dir(&self.layout.ack_dir(&id))?;
+            // Held by a process that is stopped (or for long): left pending, as `finish`
+            // leaves a broadcast another pass archives first (its warning names the holder).
+            let decided = self.io.wait_lock_dir(&self.layout.ack_dir(&id))?;
+            if !decided.had() {
+                continue;
+            }
             let unacked = self.unacked(&id, &stamp)?;
             let status = if unacked.is_empty() {
                 Archived::Delivered

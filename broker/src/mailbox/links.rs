@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Mailbox, lossy};
 use crate::error::Result;
-use crate::io::ReadOutcome;
+use crate::io::{ReadOutcome, SecondLink};
 use crate::name;
 use crate::name::own;
 use crate::sys::{EntryKind, Stamp};
@@ -24,6 +24,11 @@ pub(super) enum Resolved {
     /// The other link was the leftover (a send's staging name, or a claim slot's link to a
     /// file still at its source): it is gone, durably, and the file is read again as usual.
     There,
+    /// Nothing removed: another process holds the file's lock (a claim by link under way, or
+    /// a resolution of the same links), stopped or for longer than the wait
+    /// (spec/mailbox.md §9.11). The file is left as it is: neither delivered nor quarantined
+    /// by this pass.
+    Busy,
 }
 
 impl Mailbox {
@@ -51,11 +56,13 @@ impl Mailbox {
             self.io.sync_dir(parent)?;
         }
         // Not removed: the file lost its other link meanwhile (another process resolved the
-        // same two links from the other side), and stays here, to be read again.
-        if !self.drop_link(&leftover)? {
-            return Ok(Some(Resolved::There));
+        // same two links from the other side), and stays here, to be read again; or another
+        // process holds it.
+        match self.drop_link(&leftover)? {
+            SecondLink::Removed => Ok(Some(resolved)),
+            SecondLink::Kept => Ok(Some(Resolved::There)),
+            SecondLink::Busy(_) => Ok(Some(Resolved::Busy)),
         }
-        Ok(Some(resolved))
     }
 
     /// The leftover link [`resolve_own_link`](Self::resolve_own_link) would remove, which side
@@ -185,7 +192,8 @@ impl Mailbox {
                 break;
             };
             match self.resolve_own_link(dir, name)? {
-                Some(Resolved::Here) => return Ok(None),
+                // Held by another process: left for a later pass, as if elsewhere.
+                Some(Resolved::Here | Resolved::Busy) => return Ok(None),
                 Some(Resolved::There) => {
                     read = self.read_signal_file(&path)?;
                 }
@@ -250,7 +258,7 @@ impl Mailbox {
             return Ok(false);
         };
         self.io.sync_dir(dir)?;
-        self.drop_link(&twin)
+        Ok(self.drop_link(&twin)? == SecondLink::Removed)
     }
 
     /// The buffers a file in `dir` may have been moved out of by a rename, unread: for a claim
@@ -275,11 +283,12 @@ impl Mailbox {
             .collect())
     }
 
-    /// Removes a leftover link and makes its removal durable.
-    /// True when it was removed: false when the file had one link left by then.
-    fn drop_link(&self, path: &Path) -> Result<bool> {
-        if !self.io.remove_second_link(path)? {
-            return Ok(false);
+    /// Removes a leftover link and makes its removal durable; what [`Io::remove_second_link_or_busy`]
+    /// did.
+    fn drop_link(&self, path: &Path) -> Result<SecondLink> {
+        let done = self.io.remove_second_link_or_busy(path)?;
+        if done != SecondLink::Removed {
+            return Ok(done);
         }
         if let Some(dir) = path.parent() {
             self.io.sync_dir(dir)?;
@@ -287,6 +296,6 @@ impl Mailbox {
         // Left by a crash, or by a claim by link under way in another process (its link made,
         // its source not removed yet): the one that stays was synced first.
         tracing::info!(file = %path.display(), "removed a second link to a signal (left by a crash, or by a claim by link under way)");
-        Ok(true)
+        Ok(SecondLink::Removed)
     }
 }

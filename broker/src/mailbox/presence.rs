@@ -64,13 +64,29 @@ impl Mailbox {
     /// waiting for it, for as long as the returned value lives: a consumer that reads the
     /// recorded PAUSE, claims and records what it found holds it, so that a parallel
     /// consumer never reads "not paused" while a PAUSE it cannot see is being claimed.
+    ///
+    /// Only the agent's own consumers take it. It is waited for at most 3 s while its holder
+    /// runs (a holder keeps it for one pass), and not at all when the holder is stopped
+    /// (spec/mailbox.md §9.11): the error then names the holder and what to do.
     pub fn lock_paused(&self, agent: &str) -> Result<PauseLock> {
         self.check_agent(agent)?;
         let path = self.layout.agents.join(format!("{agent}.paused.lock"));
         let file = self.io.open_lock(&path)?;
-        file.lock()
-            .map_err(|e| Error::io(&path, "cannot lock the PAUSE record", e))?;
-        Ok(PauseLock { _file: file })
+        match crate::sys::lock_bounded(&file, std::time::Duration::from_secs(3), true) {
+            Ok(crate::sys::Bounded::Held) => Ok(PauseLock { _file: file }),
+            Ok(crate::sys::Bounded::Busy(holders)) => Err(Error::io(
+                &path,
+                "cannot lock the PAUSE record",
+                std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    format!(
+                        "another consumer of {agent} holds it: {}",
+                        crate::sys::describe_holders(&holders)
+                    ),
+                ),
+            )),
+            Err(e) => Err(Error::io(&path, "cannot lock the PAUSE record", e)),
+        }
     }
 
     /// The PAUSE in force for `agent`, as [`Mailbox::set_paused`] recorded it; `None` when

@@ -10,7 +10,9 @@ use rustix::fs::{Mode, OFlags};
 
 use super::{EntryKind, FsFacts, Stamp};
 
+mod holders;
 mod root;
+pub(crate) use holders::*;
 pub(crate) use root::*;
 
 /// Lists a directory by path (see [`list_fd`]); the tests' way in.

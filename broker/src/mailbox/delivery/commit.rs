@@ -314,11 +314,13 @@ impl Mailbox {
                     // that counted this ack has moved the broadcast out of `inputs/` by now,
                     // and the ack and marker then stay (the agent's next pass delivers it
                     // again, marked, from `processed/`): removed, it would be lost.
-                    let _decided = match ack.parent() {
+                    // Held by a stopped process (§9.11): kept, as when archived (ack and
+                    // marker stay; the next pass delivers it again, marked).
+                    let decided = match ack.parent() {
                         Some(dir) => self.io.wait_lock_dir(dir)?,
-                        None => None,
+                        None => crate::io::DirLock::Gone,
                     };
-                    if self.io.stamp(&d.signal.path)?.is_none() {
+                    if !decided.had() || self.io.stamp(&d.signal.path)?.is_none() {
                         kept += 1;
                         continue;
                     }

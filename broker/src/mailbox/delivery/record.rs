@@ -105,6 +105,10 @@ impl Mailbox {
                     Some((dir, held)) => match self.resolve_own_link(dir, held)? {
                         Some(Resolved::Here) => return Ok(Recorded::Gone),
                         Some(Resolved::There) => true,
+                        // Another process holds the file (stopped, or past the wait): not
+                        // read as a hard-linked file; the quarantine below finds it held
+                        // too and leaves it (spec/mailbox.md §9.11).
+                        Some(Resolved::Busy) => false,
                         // Its other link went meanwhile.
                         None => self.io.stamp(dest)?.is_some_and(|st| st.nlink < 2),
                     },
