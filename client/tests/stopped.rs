@@ -290,3 +290,54 @@ fn send_fast(root: &Path, message: &str) -> String {
     )
     .unwrap()
 }
+
+/// A `poll` whose fsyncs find the root's lock held by a process that runs and never lets go
+/// (here `flock(1)` waiting for its `sleep`) once waited in `flock` for ever, and ignored
+/// SIGTERM there (the kernel restarts the call after the handler). Every wait is bounded now
+/// and asks again without blocking: the poll delivers, and a SIGTERM in the middle of its
+/// claims ends it, by that signal, with what it claimed printed.
+#[test]
+fn sigterm_ends_a_poll_whose_fsyncs_meet_a_lock_that_is_never_released() {
+    if !common::have("flock") {
+        eprintln!("skipped: no flock(1)");
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("signals");
+    let (st, _) = answered(&root, &["init"], "init");
+    assert!(st.success());
+    let sent: HashSet<String> = (0..40).map(|i| send_fast(&root, &format!("m{i}"))).collect();
+    let holder = stopped_holder(&root);
+    // Running again, holding the lock for good.
+    signal(holder.id(), Signal::CONT).unwrap();
+    let mut poll = sigbox(&root, &["--json", "poll", "--as", "Executor", "--max", "1"])
+        .spawn()
+        .unwrap();
+    let reader = read_aside(&mut poll);
+    let st = wait_at_most(&mut poll, LIMIT, "poll --max 1");
+    assert!(st.success(), "{st}");
+    assert_eq!(delivered(&reader.join().unwrap()).len(), 1);
+    let mut poll = sigbox(&root, &["--json", "poll", "--as", "Executor"])
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(poll.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    assert!(!first.is_empty(), "the poll printed nothing");
+    signal(poll.id(), Signal::TERM).unwrap();
+    let rest = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+        out
+    });
+    let st = wait_at_most(&mut poll, LIMIT, "poll after SIGTERM");
+    assert_eq!(st.signal(), Some(Signal::TERM.as_raw()), "{st}");
+    let printed = delivered(&(first + &rest.join().unwrap()));
+    end(holder);
+    // What it printed is acknowledged; the rest comes to the next poll.
+    let (_, out) = answered(&root, &["--json", "poll", "--as", "Executor"], "last poll");
+    let all: Vec<(String, u64)> = printed.into_iter().chain(delivered(&out)).collect();
+    assert_eq!(all.len() + 1, sent.len(), "{all:?}");
+    assert!(all.iter().all(|(_, mark)| *mark == 0), "{all:?}");
+}

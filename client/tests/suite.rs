@@ -25,6 +25,8 @@ mod drop_zone;
 mod hooks;
 #[path = "hooks_permissions.rs"]
 mod hooks_permissions;
+#[path = "hostile_acks.rs"]
+mod hostile_acks;
 #[path = "hostile_root.rs"]
 mod hostile_root;
 #[path = "interrupts_cli.rs"]

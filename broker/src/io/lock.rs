@@ -12,7 +12,7 @@ use crate::sys::{self};
 
 /// How long [`Io::wait_lock_dir`] waits while the lock's holder runs: it holds it for a few
 /// reads, a move and its fsyncs.
-const DIR_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const DIR_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What [`Io::wait_lock_dir`] found.
 #[derive(Debug)]

@@ -16,7 +16,7 @@ use crate::sys::{self, Stamp};
 const FILE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How long a portable no-clobber rename waits for the rename lock while its holder runs.
-const RENAME_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const RENAME_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A signal file's own lock, held (spec/mailbox.md §9.11): an exclusive `flock` on its inode,
 /// released when dropped. Only the processes that work on that one file ever wait for it.

@@ -65,14 +65,14 @@ impl Mailbox {
     /// recorded PAUSE, claims and records what it found holds it, so that a parallel
     /// consumer never reads "not paused" while a PAUSE it cannot see is being claimed.
     ///
-    /// Only the agent's own consumers take it. It is waited for at most 3 s while its holder
+    /// Only the agent's own consumers take it. It is waited for at most 1 s while its holder
     /// runs (a holder keeps it for one pass), and not at all when the holder is stopped
     /// (spec/mailbox.md §9.11): the error then names the holder and what to do.
     pub fn lock_paused(&self, agent: &str) -> Result<PauseLock> {
         self.check_agent(agent)?;
         let path = self.layout.agents.join(format!("{agent}.paused.lock"));
         let file = self.io.open_lock(&path)?;
-        match crate::sys::lock_bounded(&file, std::time::Duration::from_secs(3), true) {
+        match crate::sys::lock_bounded(&file, std::time::Duration::from_secs(1), true) {
             Ok(crate::sys::Bounded::Held) => Ok(PauseLock { _file: file }),
             Ok(crate::sys::Bounded::Busy(holders)) => Err(Error::io(
                 &path,
