@@ -78,9 +78,9 @@ fn a_fifo_directory_symlink_or_socket_under_an_acks_name_is_no_ack() {
         ("Questioner", "a FIFO, socket or device"),
     ] {
         assert!(
-            said.lines()
-                .any(|l| l.contains(&format!("{agent}.ack")) && l.contains(kind)
-                    && l.contains(&format!("does not count as {agent}'s ack"))),
+            said.lines().any(|l| l.contains(&format!("{agent}.ack"))
+                && l.contains(kind)
+                && l.contains(&format!("does not count as {agent}'s ack"))),
             "{agent}: {said}"
         );
     }
@@ -121,10 +121,18 @@ fn a_fifo_directory_symlink_or_socket_under_an_acks_name_is_no_ack() {
         .iter()
         .map(|n| std::fs::read_to_string(root.join("rejected").join(n)).unwrap())
         .collect();
-    assert_eq!(reasons.matches("under an ack's name").count(), 4, "{reasons}");
+    assert_eq!(
+        reasons.matches("under an ack's name").count(),
+        4,
+        "{reasons}"
+    );
     assert_eq!(std::fs::read(&outside).unwrap(), b"agent: Reviewer\n");
     let doctor = sigbox(&root, &["doctor"]);
-    assert!(!text(&doctor).contains("does not count as"), "{}", text(&doctor));
+    assert!(
+        !text(&doctor).contains("does not count as"),
+        "{}",
+        text(&doctor)
+    );
     // The quorum has acked for real now: the orchestrator's next pass archives it.
     let _ = sigbox(&root, &["--json", "poll", "--as", "Orchestrator"]);
     assert!(!root.join("inputs").join(format!("{id}.json")).exists());

@@ -307,7 +307,9 @@ fn sigterm_ends_a_poll_whose_fsyncs_meet_a_lock_that_is_never_released() {
     let root = tmp.path().join("signals");
     let (st, _) = answered(&root, &["init"], "init");
     assert!(st.success());
-    let sent: HashSet<String> = (0..40).map(|i| send_fast(&root, &format!("m{i}"))).collect();
+    let sent: HashSet<String> = (0..40)
+        .map(|i| send_fast(&root, &format!("m{i}")))
+        .collect();
     let holder = stopped_holder(&root);
     // Running again, holding the lock for good.
     signal(holder.id(), Signal::CONT).unwrap();

@@ -21,6 +21,8 @@ mod cli;
 mod dialects;
 #[path = "drop_zone.rs"]
 mod drop_zone;
+#[path = "full_disk.rs"]
+mod full_disk;
 #[path = "hooks.rs"]
 mod hooks;
 #[path = "hooks_permissions.rs"]

@@ -94,8 +94,19 @@ impl Mailbox {
             pass.note_settling(dir.join(name), until);
             return Ok(());
         }
-        if let Some(r) = self.quarantine(dir, name, reason, agent)? {
-            pass.rejected.push(r);
+        match self.quarantine(dir, name, reason, agent) {
+            Ok(Some(r)) => pass.rejected.push(r),
+            Ok(None) => {}
+            // A full disk (or quota, or no descriptor left) while the reason is written: the
+            // file stays where it is, unread by anyone, and a later pass quarantines it; what
+            // else this pass finds is still delivered (spec/mailbox.md §8). Only the write
+            // failed: the move is undone before the error reaches here.
+            Err(e) if e.io_error().is_some_and(crate::sys::is_transient) => {
+                tracing::warn!(file = %dir.join(name).display(), error = %e,
+                    "cannot quarantine this file now; it stays where it is until a later pass \
+                     can (the rest is delivered)");
+            }
+            Err(e) => return Err(e),
         }
         Ok(())
     }
