@@ -38,7 +38,8 @@ const SKEW: Duration = Duration::from_secs(2);
 /// Write attempts older than this are reported as stale.
 const STALE: Duration = Duration::from_secs(3600);
 
-/// Checks the mailbox at `root` without changing anything.
+/// Checks the mailbox at `root` without changing anything (but `tmp/`'s times, set to "now" to
+/// read the filesystem's clock).
 pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut problem = |path: &Path, message: String| {
@@ -50,6 +51,11 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     };
     let io = Io::new(&IoOptions::new());
     let layout = Layout::new(root);
+    // The filesystem's clock against this machine's, both ways (a probe: `tmp/`'s times set to
+    // "now" by the filesystem). sigbox itself decides by the filesystem's (spec/mailbox.md §5,
+    // "Clocks"); tools beside it that compare file times with their own clock do not. Found,
+    // it is said once, not again for each directory changed "in the future".
+    let skew = crate::mailbox::measure_fs_skew(&io, &layout.tmp);
     // The root's own path may hold symlinks and be spelled `.` or `..` (spec §1.0), as for
     // every other command: it is followed. Only what lies below it is never followed.
     match std::fs::metadata(root) {
@@ -102,7 +108,9 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
                     .ok()
                     .flatten()
                     .map(|m| m.changed_ns() - now)
-                    .filter(|ahead| *ahead > SKEW.as_nanos() as i128)
+                    .filter(|ahead| {
+                        *ahead > SKEW.as_nanos() as i128 && skew.abs() <= SKEW.as_nanos() as i128
+                    })
                 {
                     problem(
                         &p,
@@ -244,6 +252,20 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
     let Ok(mb) = opts.open(root) else {
         return out;
     };
+    if skew.abs() > SKEW.as_nanos() as i128 {
+        let secs = skew.abs() as f64 / 1e9;
+        out.push(Finding {
+            severity: Severity::Problem,
+            path: root.to_path_buf(),
+            message: format!(
+                "this machine's clock is {secs:.1} s {} the filesystem's (an NFS client and its \
+                 server, a container with a clock of its own?): sigbox settles and ages files \
+                 by the filesystem's clock, but other programs here compare file times with \
+                 this one's; fix the clocks (NTP)",
+                if skew > 0 { "behind" } else { "ahead of" }
+            ),
+        });
+    }
     // Quarantine is information: the bad files are out of the way, nothing is lost, and a
     // gate on `doctor` must not fail for ever after one bad drop.
     if let Ok(rejected) = mb.rejected() {

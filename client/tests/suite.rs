@@ -17,6 +17,8 @@ mod asks;
 mod checkpoint;
 #[path = "cli.rs"]
 mod cli;
+#[path = "clock_skew.rs"]
+mod clock_skew;
 #[path = "dialects.rs"]
 mod dialects;
 #[path = "drop_zone.rs"]

@@ -274,6 +274,18 @@ impl Io {
         }
     }
 
+    /// Now by the clock of the filesystem `dir` is on: `dir`'s times set to "now"
+    /// (`utimensat(UTIME_NOW)`, which the kernel, or an NFS server, takes from its own clock),
+    /// then its ctime read back (spec/mailbox.md §5). Not an effect: only the directory's
+    /// times change, which nothing reads (it is `tmp/`).
+    pub(crate) fn fs_time_ns(&self, dir: &Path) -> Result<i128> {
+        let (parent, name) = self.place(dir)?;
+        sys::touch_now_at(&parent, name)
+            .and_then(|()| sys::stat_at(&parent, name))
+            .map(|st| st.ctime_ns)
+            .map_err(|e| Error::io(dir, "cannot read the filesystem's clock", e))
+    }
+
     /// `unlink`; `Ok(false)` when the file is already gone.
     pub(crate) fn remove(&self, path: &Path) -> Result<bool> {
         self.check_poison(path)?;

@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::time::SystemTime;
 
 use serde_json::json;
 
@@ -65,7 +64,7 @@ impl Mailbox {
             ReadOutcome::Bytes(bytes, stamp) => {
                 let parsed = Signal::parse_file_bytes(&bytes, &src);
                 let fields = parsed.as_ref().ok().map(|s| &s.fields);
-                let now = SystemTime::now();
+                let now = self.fs_now();
                 if let Some(until) =
                     identity::untrusted_settling(&fname, fields, &stamp, self.opts.settle, now)
                 {
@@ -303,7 +302,7 @@ impl Mailbox {
     pub fn finish(&self, agent: &str) -> Result<Vec<Finished>> {
         self.check_agent(agent)?;
         let all = |t: &str| t == "ALL";
-        let scan = self.scan(&self.layout.inputs, Source::Inputs, &all, SystemTime::now())?;
+        let scan = self.scan(&self.layout.inputs, Source::Inputs, &all, self.fs_now())?;
         let mut out = Vec::new();
         for item in scan.items {
             if item.target != Target::All {

@@ -56,7 +56,7 @@ impl Mailbox {
 
     /// The routable items of `inputs/` and of every agent's buffer (with the agent's name).
     pub(super) fn pending_items(&self) -> Result<Vec<Listed>> {
-        let now = SystemTime::now();
+        let now = self.fs_now();
         let inputs = &self.layout.inputs;
         let scan = self.scan(inputs, Source::Inputs, &|_| true, now)?;
         let mut dirs = vec![(inputs.clone(), scan.items, None)];
@@ -82,7 +82,7 @@ impl Mailbox {
                 .map(|(_, d)| (d, Source::Buffer)),
         );
         for (dir, source) in dirs {
-            let scan = self.scan(&dir, source, &|_| true, SystemTime::now())?;
+            let scan = self.scan(&dir, source, &|_| true, self.fs_now())?;
             for r in scan.rejects {
                 let kind = self.invalid(&dir, &r.name, r.reason)?;
                 out.push(Problem {
@@ -199,7 +199,7 @@ impl Mailbox {
                 .ok()
                 .map(|b| b.fields),
         };
-        let now = SystemTime::now();
+        let now = self.fs_now();
         let checked = read.as_ref().ok().map(|s| &s.fields);
         if let Some(until) =
             identity::untrusted_settling(&fname, checked, &stamp, self.opts.settle, now)

@@ -84,6 +84,9 @@ pub struct Mailbox {
     arrivals: Mutex<HashMap<PathBuf, Option<(u64, i128)>>>,
     /// What this handle has in flight, per agent (`delivery/slot.rs`). Held for a whole pass.
     flights: Mutex<HashMap<String, delivery::Flight>>,
+    /// How far the filesystem's clock is from this process's, and when that was measured
+    /// ([`Mailbox::fs_now`]).
+    fs_clock: Mutex<Option<(std::time::Instant, i128)>>,
 }
 
 impl std::fmt::Debug for Mailbox {
@@ -92,6 +95,31 @@ impl std::fmt::Debug for Mailbox {
             .field("root", &self.layout.root)
             .field("opts", &self.opts)
             .finish()
+    }
+}
+
+/// How often [`Mailbox::fs_now`] measures the filesystem's clock again.
+const FS_CLOCK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A difference between the clocks below which they count as one: file times come from a
+/// coarse clock (one scheduler tick, 1 to 10 ms), so a probe reads up to a tick behind.
+const FS_CLOCK_SLACK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The filesystem's clock minus this process's, by a probe of the directory `tmp`
+/// ([`Mailbox::fs_now`]); 0 within [`FS_CLOCK_SLACK`] or where no probe can be made.
+pub(crate) fn measure_fs_skew(io: &Io, tmp: &Path) -> i128 {
+    let before = ns_of(SystemTime::now());
+    match io.fs_time_ns(tmp) {
+        Ok(fs) => {
+            let after = ns_of(SystemTime::now());
+            let s = fs - (before + after) / 2;
+            if s.abs() < FS_CLOCK_SLACK.as_nanos() as i128 {
+                0
+            } else {
+                s
+            }
+        }
+        Err(_) => 0,
     }
 }
 
@@ -228,7 +256,40 @@ impl Mailbox {
             acked: Mutex::new(HashMap::new()),
             arrivals: Mutex::new(HashMap::new()),
             flights: Mutex::new(HashMap::new()),
+            fs_clock: Mutex::new(None),
         }
+    }
+
+    /// Now, by the filesystem's clock (spec/mailbox.md §5, "Clocks"): this process's clock
+    /// corrected by how far the filesystem's runs from it, measured by a probe at most every
+    /// [`FS_CLOCK_EVERY`] (the times `utimensat(UTIME_NOW)` gives `tmp/` are the filesystem's:
+    /// the kernel's, or an NFS server's). The settle window and the reuse of a listing compare
+    /// a file's times with this, never with the reader's own clock, so that a reader whose
+    /// clock runs ahead (an NFS client ahead of its server, a container with a skewed clock)
+    /// never reads a half-written file as settled, and one behind never holds a file for the
+    /// length of the skew. A difference under [`FS_CLOCK_SLACK`] (the coarse clock file times
+    /// come from) counts as none; where the probe cannot be made (a read-only root), none.
+    pub(crate) fn fs_now(&self) -> SystemTime {
+        let now = SystemTime::now();
+        let skew = self.fs_skew_ns();
+        match skew {
+            0 => now,
+            s if s > 0 => now + std::time::Duration::from_nanos(s as u64),
+            s => now - std::time::Duration::from_nanos(s.unsigned_abs() as u64),
+        }
+    }
+
+    /// The filesystem's clock minus this process's, in nanoseconds (see [`Mailbox::fs_now`]).
+    pub(crate) fn fs_skew_ns(&self) -> i128 {
+        let mut clock = self.fs_clock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, skew)) = *clock
+            && at.elapsed() < FS_CLOCK_EVERY
+        {
+            return skew;
+        }
+        let skew = measure_fs_skew(&self.io, &self.layout.tmp);
+        *clock = Some((std::time::Instant::now(), skew));
+        skew
     }
 
     /// The drop zone, `inputs/`.
@@ -409,7 +470,7 @@ impl Mailbox {
     /// file creation slows down for minutes after many inodes are freed (`spec/mailbox.md`
     /// §9.7): spread large clean-ups over time.
     pub fn gc(&self, age: Duration, limit: usize) -> Result<usize> {
-        let now = ns_of(SystemTime::now());
+        let now = ns_of(self.fs_now());
         let stale = |p: &Path| -> Result<bool> {
             Ok(self.io.stamp(p)?.is_some_and(|st| {
                 matches!(st.kind, EntryKind::File | EntryKind::Symlink)

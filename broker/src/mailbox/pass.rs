@@ -154,6 +154,28 @@ impl Mailbox {
         control: &PassControl<'_>,
         hand_over: HandOver<'_>,
     ) -> Result<Pass> {
+        let mut pass = self.pass_by_fs_clock(agent, state, control, hand_over)?;
+        // The pass decides by the filesystem's clock ([`Mailbox::fs_now`]); its caller waits
+        // by its own: when a settling file becomes eligible, in this process's time.
+        let skew = self.fs_skew_ns();
+        if skew != 0 {
+            let local = |t: SystemTime| crate::clock::time_of(crate::clock::ns_of(t) - skew);
+            pass.next_check = pass.next_check.map(local);
+            for s in &mut pass.settling {
+                s.until = local(s.until);
+            }
+        }
+        Ok(pass)
+    }
+
+    /// [`Mailbox::pass_with`], its times by the filesystem's clock.
+    fn pass_by_fs_clock(
+        &self,
+        agent: &str,
+        state: Option<&str>,
+        control: &PassControl<'_>,
+        hand_over: HandOver<'_>,
+    ) -> Result<Pass> {
         self.check_agent(agent)?;
         self.follow_root()?;
         let _busy = Busy::start(control.idle);
@@ -196,7 +218,7 @@ impl Mailbox {
             orphans.clear();
             flight.let_go_since(adopted);
         }
-        let now = SystemTime::now();
+        let now = self.fs_now();
         // A subagent only ever acts on its own, broadcast, and (none) files: skip the rest by
         // name. APPROVE/SKIP are never for a subagent.
         let relevant = |target: &str| -> bool { is_orch || target == agent || target == "ALL" };

@@ -118,9 +118,7 @@ impl Mailbox {
         Ok(match self.io.stamp(path)? {
             None => Some(None),
             Some(st) if st.nlink < 2 => Some(None),
-            Some(st) => {
-                clock::links_settling(&st, self.opts.settle, std::time::SystemTime::now()).map(Some)
-            }
+            Some(st) => clock::links_settling(&st, self.opts.settle, self.fs_now()).map(Some),
         })
     }
 
@@ -163,7 +161,7 @@ impl Mailbox {
     /// quarantined is removed as the link or node it is, never followed); directories are
     /// left. Returns how many quarantined files it removed.
     pub fn clear_rejected(&self, age: Duration) -> Result<usize> {
-        let now = clock::ns_of(std::time::SystemTime::now());
+        let now = clock::ns_of(self.fs_now());
         let dir = &self.layout.rejected;
         let mut removed = 0;
         for e in self.io.list(dir, true)? {

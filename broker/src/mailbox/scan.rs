@@ -209,7 +209,7 @@ impl Mailbox {
                 return Ok(l.scan.clone());
             }
         }
-        let listed_at = ns_of(SystemTime::now());
+        let listed_at = ns_of(self.fs_now());
         let scan = self.scan(dir, source, relevant, now)?;
         if let Some(st) = before {
             let provable = !scan.foreign

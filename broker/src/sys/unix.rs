@@ -393,6 +393,25 @@ pub(crate) fn rename_checked_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io:
     rename_at(from, to)
 }
 
+/// Sets the times of `name` in `dir` to now, by the filesystem's clock (`UTIME_NOW`), without
+/// following a symlink.
+pub(crate) fn touch_now_at(dir: &Dir, name: &OsStr) -> io::Result<()> {
+    let now = rustix::fs::Timespec {
+        tv_sec: 0,
+        tv_nsec: rustix::fs::UTIME_NOW,
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: now,
+        last_modification: now,
+    };
+    Ok(rustix::fs::utimensat(
+        dir,
+        name,
+        &times,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )?)
+}
+
 /// `linkat` without following a symlink: a second name for the file at `from`. Fails with
 /// `EEXIST` when `to` exists, `ENOENT` when `from` is gone.
 pub(crate) fn link_at(from: (&Dir, &OsStr), to: (&Dir, &OsStr)) -> io::Result<()> {

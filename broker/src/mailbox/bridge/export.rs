@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -101,7 +100,7 @@ impl BridgeSide<'_> {
         }
         let scan = self
             .mb
-            .scan(outbox, Source::Buffer, &|_| true, SystemTime::now())?;
+            .scan(outbox, Source::Buffer, &|_| true, self.mb.fs_now())?;
         let mut out = Vec::new();
         for r in scan.rejects {
             tracing::warn!(file = %outbox.join(&r.name).display(), reason = %r.reason, "not a signal in the bridge's outbox; quarantined");
@@ -181,7 +180,7 @@ impl BridgeSide<'_> {
                 };
                 let scan = self
                     .mb
-                    .scan(&slot, Source::Buffer, &|_| true, SystemTime::now())?;
+                    .scan(&slot, Source::Buffer, &|_| true, self.mb.fs_now())?;
                 for it in scan.items {
                     let path = slot.join(&it.name);
                     let n = match self.mb.read_signal_file(&path)? {
@@ -418,7 +417,7 @@ impl BridgeSide<'_> {
             Some(&sig.fields),
             &stamp,
             self.mb.opts.settle,
-            SystemTime::now(),
+            self.mb.fs_now(),
         )
         .is_some()
         {

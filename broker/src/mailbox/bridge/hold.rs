@@ -1,8 +1,6 @@
 //! Holding an agent's signals back on this host while a bridge runs (spec/bridge.md §5):
 //! `bridge/hold/<agent>` with its note, and `bridge/hold.lock`, which makes the holds count.
 
-use std::time::SystemTime;
-
 use super::BridgeSide;
 use crate::atomic::{self, Clobber};
 use crate::error::{Error, Result};
@@ -104,7 +102,7 @@ impl BridgeSide<'_> {
                 return Ok(true);
             }
         }
-        let now = SystemTime::now();
+        let now = self.mb.fs_now();
         if self.mb.io.is_dir(&self.mb.layout.outbox) {
             let scan = self
                 .mb

@@ -3,7 +3,6 @@
 //! and why. Read-only: what `ls` and `doctor` show.
 
 use std::collections::HashMap;
-use std::time::SystemTime;
 
 use serde_json::Value;
 
@@ -120,7 +119,7 @@ impl BridgeSide<'_> {
             let outbox = &self.mb.layout.outbox;
             let scan = self
                 .mb
-                .scan(outbox, Source::Buffer, &|_| true, SystemTime::now())?;
+                .scan(outbox, Source::Buffer, &|_| true, self.mb.fs_now())?;
             for it in scan.items {
                 let (id, from, created_at) = match self.mb.look(outbox, &it)? {
                     Look::Pending(id, from, created_at) => (id, from, created_at),

@@ -99,7 +99,7 @@ impl Mailbox {
             ReadOutcome::Bytes(bytes, stamp) => {
                 let parsed = body::read_signal(bytes, &fname, &path);
                 let fields = parsed.as_ref().ok().map(|s| &s.fields);
-                let now = std::time::SystemTime::now();
+                let now = self.fs_now();
                 Ok(
                     match identity::untrusted_settling(&fname, fields, stamp, self.opts.settle, now)
                     {

@@ -136,7 +136,7 @@ impl Mailbox {
                 // A canonical-looking name sigbox did not write settles like a dropped file
                 // written in place (spec §2.4).
                 let fields = parsed.as_ref().ok().map(|(s, _)| &s.fields);
-                let now = std::time::SystemTime::now();
+                let now = self.fs_now();
                 if let Some(until) =
                     identity::untrusted_settling(&fname, fields, &stamp, self.opts.settle, now)
                 {

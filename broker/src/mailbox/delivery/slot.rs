@@ -117,7 +117,7 @@ impl Mailbox {
         {
             return Ok(slots.clone());
         }
-        let listed_at = clock::ns_of(std::time::SystemTime::now());
+        let listed_at = clock::ns_of(self.fs_now());
         let slots = self.slots(agent)?;
         flight.slots_seen = (st.kind == EntryKind::Dir && clock::settled_before(&st, listed_at))
             .then(|| (st, slots.clone()));
