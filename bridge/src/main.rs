@@ -5,7 +5,8 @@
 //! - `shared.rs`: what the tasks share: the bridge, its counts, the holds.
 //! - `streams.rs`: the streams and the hosts bucket, made when missing.
 //! - `export.rs`: the exporter.
-//! - `import.rs`: the importers, and the sharing of broadcast acks.
+//! - `import.rs`: the importers.
+//! - `acks.rs`: the sharing of this host's broadcast acks with the other hosts.
 //! - `asks.rs`: requests to a person across hosts (their stream, export and import).
 //! - `presence.rs`: which agents are here; importers started and stopped; hand-offs.
 //! - `state.rs`: the state writer (`bridge/state.json`, this host's entry in the bucket).
@@ -98,6 +99,9 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Shows this host's bridge (running, counts, outbox) and, with a server, every host's
     /// presence and the lag of each consumer.
+    #[command(
+        after_help = "Examples:\n  sigbox bridge --root /srv/signals status\n  sigbox bridge --root /srv/signals --nats nats://10.0.0.5:4222 status --json\nSee spec/bridge.md."
+    )]
     Status {
         /// One JSON object instead of text.
         #[arg(long)]

@@ -445,6 +445,10 @@ pub struct Found {
     pub fail: Vec<PathBuf>,
     /// Signal files found outside `.signals/`.
     pub misplaced: Vec<PathBuf>,
+    /// Entries named as signal files (`.done`, `.fail`) in `.signals/` that are not regular
+    /// files (a FIFO, a directory, a symlink): never read or counted, and said, with what
+    /// they are.
+    pub refused: Vec<(PathBuf, &'static str)>,
 }
 
 /// Finds a session's signal files (see [`Found`]). A `.signals` that is a symlink, a file or
@@ -492,11 +496,22 @@ pub fn find(session: &Path, signals_dir: Option<&Path>) -> Result<Found> {
             .map(|e| (d.join(&e.name), e.kind))
             .collect()
     };
+    let refuse = |p: PathBuf, kind: EntryKind, found: &mut Found| {
+        let n = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !n.starts_with('.') && (n.ends_with(".done") || n.ends_with(".fail")) {
+            found.refused.push((p, kind.describe()));
+        }
+    };
     match signals_dir {
         Some(d) => {
             for (p, kind) in list(d) {
                 if kind == EntryKind::File {
                     add(p, false, &mut found);
+                } else {
+                    refuse(p, kind, &mut found);
                 }
             }
         }
@@ -504,6 +519,8 @@ pub fn find(session: &Path, signals_dir: Option<&Path>) -> Result<Found> {
             for (p, kind) in list(&session.join(".signals")) {
                 if kind == EntryKind::File {
                     add(p, false, &mut found);
+                } else {
+                    refuse(p, kind, &mut found);
                 }
             }
             let mut stack = vec![session.to_path_buf()];
@@ -523,6 +540,7 @@ pub fn find(session: &Path, signals_dir: Option<&Path>) -> Result<Found> {
     }
     found.done.sort();
     found.fail.sort();
+    found.refused.sort();
     Ok(found)
 }
 

@@ -53,6 +53,8 @@ mod power_loss;
 mod readme;
 #[path = "root_moves.rs"]
 mod root_moves;
+#[path = "said_not_silent.rs"]
+mod said_not_silent;
 #[path = "schemas.rs"]
 mod schemas;
 #[path = "stopped.rs"]

@@ -350,7 +350,12 @@ fn sockets_control_characters_and_growing_files() {
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(50));
+    // Past the 1 MiB cap before the pass looks (a state waited for, not a time: a loaded
+    // machine may take long to get there), and still growing while it reads.
+    while std::fs::metadata(&growing).unwrap().len() <= 2 * 1024 * 1024 {
+        assert!(!writer.is_finished(), "the writer stopped before the cap");
+        std::thread::yield_now();
+    }
     let id = send_exec(&mb, "good");
     let pass = pass_within(&root, "Executor");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

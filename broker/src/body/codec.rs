@@ -304,16 +304,34 @@ pub(crate) fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
 fn yaml_reason(e: &str) -> String {
     let line = first_line(e);
     if line.to_ascii_lowercase().contains("duplicate") {
+        // `duplicate mapping key: type, set DuplicateKeyPolicy ...`, or a key in quotes.
         let key = line
-            .split('`')
-            .nth(1)
+            .split_once("key: ")
+            .and_then(|(_, rest)| rest.split(", set ").next())
+            .or_else(|| line.split('`').nth(1))
             .or_else(|| line.split('"').nth(1))
+            .filter(|k| !k.is_empty())
             .map(|k| format!(" `{k}`"))
             .unwrap_or_default();
         return format!("duplicate key{key} (a field may appear once)");
     }
-    if line.contains("budget") {
-        return "too deep, too large or too many aliases for a signal".into();
+    if line.contains("budget") || line.to_ascii_lowercase().contains("multiple documents") {
+        // `budget breached: Depth { .. }`: which limit, in sigbox's words.
+        let why = [
+            ("Documents", "more than one YAML document (a `---` line starts another): a signal file holds one"),
+            ("MultipleDocuments", "more than one YAML document (a `---` line starts another): a signal file holds one"),
+            ("multiple documents", "more than one YAML document (a `---` line starts another): a signal file holds one"),
+            ("Depth", "nested deeper than 64 levels: too deep for a signal"),
+            ("Aliases", "more than 64 aliases: too many for a signal (an alias bomb?)"),
+            ("Anchors", "more than 64 anchors: too many for a signal"),
+            ("Nodes", "more than 100,000 nodes: too large for a signal"),
+            ("Events", "more than 100,000 nodes: too large for a signal"),
+            ("ScalarBytes", "more than 2 MiB of text: too large for a signal"),
+        ]
+        .iter()
+        .find(|(k, _)| line.contains(k))
+        .map_or("too deep, too large or too many aliases for a signal", |(_, w)| w);
+        return why.into();
     }
     line.to_string()
 }

@@ -230,3 +230,34 @@ fn a_senders_own_handling_field_is_never_cut() {
         ("INFO".into(), Some("kept".into()))
     );
 }
+
+/// A YAML body refused says why in sigbox's words: the key given twice by name, a second
+/// document as that (it once read "too deep"), each limit by what it limits.
+#[test]
+fn yaml_refusals_name_the_key_the_document_and_the_limit() {
+    let reason = |text: &str| parse_yaml(text).unwrap_err();
+    assert_eq!(
+        reason("type: STEER\ntype: ABORT\ntarget: Executor\n"),
+        "invalid YAML: duplicate key `type` (a field may appear once)"
+    );
+    assert_eq!(
+        reason("type: STEER\ntarget: Executor\n---\ntype: ABORT\n"),
+        "invalid YAML: more than one YAML document (a `---` line starts another): a signal \
+         file holds one"
+    );
+    let deep: String = (0..100)
+        .map(|i| format!("{}a:\n", "  ".repeat(i)))
+        .collect();
+    let deep_flow = "[".repeat(100) + &"]".repeat(100);
+    for text in [deep.as_str(), deep_flow.as_str()] {
+        let r = reason(text);
+        assert!(
+            r.contains("nested deeper than 64 levels") || r.contains("too deep"),
+            "{r}"
+        );
+    }
+    let bomb =
+        "a: &a [x, x]\n".to_string() + &(0..70).map(|i| format!("b{i}: *a\n")).collect::<String>();
+    let r = reason(&bomb);
+    assert!(r.contains("aliases"), "{r}");
+}

@@ -363,6 +363,20 @@ impl Mailbox {
     pub fn send(&self, s: &NewSignal) -> Result<String> {
         if let Target::Agent(a) = &s.target {
             self.check_agent(a)?;
+            // Sent as upstream allows, but said: whatever its target, only the orchestrator
+            // takes an APPROVE or a SKIP, and only in an approval state (spec/mailbox.md §6).
+            if matches!(
+                s.signal_type,
+                crate::signal::SignalType::Approve | crate::signal::SignalType::Skip
+            ) && !self.is_orchestrator(a)
+            {
+                tracing::warn!(
+                    "{} --target {a}: only the orchestrator takes {}, in an approval state, \
+                     whatever the target; {a} never receives it",
+                    s.signal_type.as_str(),
+                    s.signal_type.as_str()
+                );
+            }
         }
         if let Some(f) = &s.from
             && !crate::signal::valid_sender(f)

@@ -154,7 +154,9 @@ impl Mailbox {
         control: &PassControl<'_>,
         hand_over: HandOver<'_>,
     ) -> Result<Pass> {
-        let mut pass = self.pass_by_fs_clock(agent, state, control, hand_over)?;
+        let mut pass = self
+            .pass_by_fs_clock(agent, state, control, hand_over)
+            .map_err(|e| self.missing_layout(e))?;
         // The pass decides by the filesystem's clock ([`Mailbox::fs_now`]); its caller waits
         // by its own: when a settling file becomes eligible, in this process's time.
         let skew = self.fs_skew_ns();
@@ -166,6 +168,30 @@ impl Mailbox {
             }
         }
         Ok(pass)
+    }
+
+    /// A pass's error caused by a layout directory that is missing (removed by hand, or a root
+    /// made by another tool with only `inputs/`, `processed/` and `tmp/`), named as that, with
+    /// what to do, instead of as a path inside it. Looked at only once a pass failed on a
+    /// missing path: a pass that succeeds pays nothing for it.
+    pub(super) fn missing_layout(&self, e: Error) -> Error {
+        if e.io_error()
+            .is_none_or(|e| e.kind() != std::io::ErrorKind::NotFound)
+        {
+            return e;
+        }
+        for dir in super::LAYOUT {
+            let p = self.layout.root.join(dir);
+            if matches!(self.io.stamp(&p), Ok(None)) {
+                return Error::new(
+                    ErrorKind::NotInitialized,
+                    Some(&p),
+                    "missing: the root is not a whole mailbox (run `sigbox init` on it: it adds \
+                     what is missing and changes nothing else)",
+                );
+            }
+        }
+        e
     }
 
     /// [`Mailbox::pass_with`], its times by the filesystem's clock.

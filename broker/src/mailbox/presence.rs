@@ -40,11 +40,24 @@ impl Mailbox {
     pub fn presence(&self, agent: &str) -> Result<Presence> {
         self.check_agent(agent)?;
         let path = self.layout.lock_path(agent);
-        let file = self.io.open_lock(&path)?;
-        // Blocking is safe: exclusive locks on this file are only ever taken by `is_present`
-        // with try_lock, and held for the duration of one check.
-        file.lock_shared()
-            .map_err(|e| Error::io(&path, "cannot lock presence file", e))?;
+        let file = self
+            .io
+            .open_lock(&path)
+            .map_err(|e| self.missing_layout(e))?;
+        // Exclusive locks on this file are only ever taken by `is_present`, without waiting,
+        // and held for the duration of one check; but a process can be stopped in it
+        // (spec/mailbox.md §9.11). Waited for 1 s at most, and not at all for a stopped
+        // holder: the agent then goes on without its presence (the orchestrator may buffer
+        // its signals meanwhile, which its passes read as well), and is told so.
+        match crate::sys::lock_shared_bounded(&file, std::time::Duration::from_secs(1), true) {
+            Ok(crate::sys::Bounded::Held) => {}
+            Ok(crate::sys::Bounded::Busy(holders)) => {
+                tracing::warn!(file = %path.display(), holders = %crate::sys::describe_holders(&holders),
+                    "cannot take the agent's presence: it goes on without it (the orchestrator may \
+                     buffer its signals meanwhile, which it still takes)");
+            }
+            Err(e) => return Err(Error::io(&path, "cannot lock presence file", e)),
+        }
         // The lock file's mtime says when the agent last took its presence here: a bridge
         // keeps importing for an agent that polls now and then (spec/bridge.md §3). Best
         // effort: a lock file another user made may not be ours to touch.

@@ -166,10 +166,16 @@ impl Mailbox {
         let mut removed = 0;
         for e in self.io.list(dir, true)? {
             let path = dir.join(&e.name);
-            if e.kind == EntryKind::Dir
-                || Layout::is_reason_file(&e.name)
-                || self.own_stage(&path, &e.name)?
-            {
+            if e.kind == EntryKind::Dir {
+                // A directory planted in a drop zone and quarantined: what is in it came from
+                // elsewhere and may be anyone's, so gc never removes a tree. Said, not kept
+                // silently.
+                tracing::warn!(dir = %path.display(),
+                    "a quarantined directory is kept: gc removes no directory; remove it by \
+                     hand (`rm -r`) once read");
+                continue;
+            }
+            if Layout::is_reason_file(&e.name) || self.own_stage(&path, &e.name)? {
                 continue;
             }
             // Moved here by a rename, which sets the ctime: when it was quarantined.

@@ -52,11 +52,39 @@ pub(crate) fn lock_bounded(
     limit: Duration,
     give_up_on_stopped: bool,
 ) -> io::Result<Bounded> {
+    lock_bounded_as(
+        fd,
+        FlockOperation::NonBlockingLockExclusive,
+        limit,
+        give_up_on_stopped,
+    )
+}
+
+/// [`lock_bounded`] for a shared `flock` (which only an exclusive one excludes).
+pub(crate) fn lock_shared_bounded(
+    fd: impl AsFd,
+    limit: Duration,
+    give_up_on_stopped: bool,
+) -> io::Result<Bounded> {
+    lock_bounded_as(
+        fd,
+        FlockOperation::NonBlockingLockShared,
+        limit,
+        give_up_on_stopped,
+    )
+}
+
+fn lock_bounded_as(
+    fd: impl AsFd,
+    op: FlockOperation,
+    limit: Duration,
+    give_up_on_stopped: bool,
+) -> io::Result<Bounded> {
     let began = Instant::now();
     let mut nap = FIRST_NAP;
     let mut looked: Option<Instant> = None;
     loop {
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+        match rustix::fs::flock(&fd, op) {
             Ok(()) => return Ok(Bounded::Held),
             Err(rustix::io::Errno::WOULDBLOCK) => {}
             Err(rustix::io::Errno::INTR) => continue,

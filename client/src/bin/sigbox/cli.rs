@@ -114,16 +114,28 @@ pub(crate) enum Command {
         shell: clap_complete::Shell,
     },
     /// Goblin signal files: `.goblin/` in a worktree.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  sigbox goblin signal build-complete --worktree worktrees/ENG-123\n  sigbox goblin watch --worktree worktrees/ENG-123 --stage BUILD --timeout 30m\n  sigbox goblin status --worktree worktrees/ENG-123\nSee spec/goblin.md."
+    )]
     Goblin(GoblinCmd),
     /// mux-ospec signal files: `{session}/.signals/`.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  sigbox mux signal tmp/mux/s1/.signals/implement --status success --path tmp/mux/s1/impl.md\n  sigbox mux check tmp/mux/s1 --expected 3 --timeout 5m\n  sigbox mux verify tmp/mux/s1\nSee spec/mux.md."
+    )]
     Mux(MuxCmd),
     /// Flux stage signals: `flux:signal` stdout lines and result documents.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  sigbox flux parse stage.log\n  sigbox flux result \"$RESULT_DOC_PATH\"\n  sigbox tap -- ./run-stage.sh    (its Flux signals into the mailbox)\nSee spec/streams.md."
+    )]
     Flux(FluxCmd),
     /// Pilot `pilot-signal` blocks.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  sigbox pilot parse navigator.log\n  sigbox tap -- ./run-navigator.sh    (its Pilot signals into the mailbox)\nSee spec/streams.md."
+    )]
     Pilot(PilotCmd),
     /// Run a command, pass its output through unchanged, and turn the Flux and Pilot signals in
     /// it into mailbox signals for the orchestrator; exit with the command's status.
@@ -149,7 +161,10 @@ pub(crate) enum Command {
 See spec/hooks.md for what each signal becomes, per runtime and event.")]
     Hook(HookArgs),
     /// Install or remove sigbox's hooks in a coding agent's settings.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  sigbox hooks install claude --as Executor --dry-run\n  sigbox hooks install codex --as Executor\n  sigbox hooks uninstall claude --project .\nSee spec/hooks.md."
+    )]
     Hooks(HooksCmd),
     /// Serve the mailbox to an agent as a Model Context Protocol server on stdio (runs the
     /// `sigbox-mcp` program installed beside `sigbox`).

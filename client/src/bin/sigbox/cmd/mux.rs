@@ -158,6 +158,13 @@ fn warn_missing(session: &Path, signals_dir: Option<&Path>) {
 }
 
 fn warn_misplaced(found: &mux::Found) {
+    for (p, what) in &found.refused {
+        eprintln!(
+            "WARNING: {}: {what} under a signal file's name: not read, not counted (a signal \
+             file is a regular file)",
+            p.display()
+        );
+    }
     if !found.misplaced.is_empty() {
         let names: Vec<String> = found
             .misplaced
