@@ -418,7 +418,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
 /// the root: what it held waits for it (spec/mailbox.md §9.11). Other agents go on; its own
 /// agent's consumers skip what it holds, or wait for it a bounded time.
 fn stopped_holders(layout: &Layout, out: &mut Vec<Finding>) {
-    for (pid, path) in crate::sys::stopped_holders_below(&layout.root) {
+    for (pid, path, held) in crate::sys::stopped_holders_below(&layout.root) {
         let what = match path.strip_prefix(&layout.root) {
             Ok(p) if p.as_os_str().is_empty() => {
                 "the root's fsync lock (others sync without it)".to_string()
@@ -426,13 +426,22 @@ fn stopped_holders(layout: &Layout, out: &mut Vec<Finding>) {
             Ok(p) => format!("a lock on {}", p.display()),
             Err(_) => format!("a lock on {}", path.display()),
         };
-        out.push(Finding {
-            severity: Severity::Problem,
-            path,
-            message: format!(
+        let message = match held {
+            crate::sys::Held::Stopped => format!(
                 "process {pid} is stopped and holds {what}: what it holds waits for it (other \
                  agents go on without it); `kill -CONT {pid}` lets it go on, or end it"
             ),
+            crate::sys::Held::Orphaned => format!(
+                "{what} is held by a process that inherited it from process {pid}, which has \
+                 ended (a command `flock` started?): nobody waits for it, but what it holds \
+                 stays held; `fuser -v {}` names the holder; end it",
+                path.display()
+            ),
+        };
+        out.push(Finding {
+            severity: Severity::Problem,
+            path,
+            message,
         });
     }
 }

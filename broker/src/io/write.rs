@@ -11,7 +11,7 @@ use crate::sys::{self};
 
 /// How long an fsync waits for the root's fsync lock while its holder runs
 /// ([`Io::sync_serialized`]): a holder keeps it for one fsync.
-const SYNC_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+const SYNC_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Io {
     /// `mkdir`; `Ok(false)` when the directory already exists.

@@ -25,6 +25,17 @@ pub(crate) struct Holder {
     /// Every thread of it is stopped (SIGSTOP, SIGTSTP, a tracer): it runs nothing, and
     /// nothing it started in the kernel is still under way.
     pub(crate) stopped: bool,
+    /// The process that took the lock has ended, and the lock lives on in a process that
+    /// inherited its descriptor (the command `flock(1)` started, say): not sigbox, whose
+    /// descriptors close at `exec`, and nothing a wait can expect to end.
+    pub(crate) gone: bool,
+}
+
+impl Holder {
+    /// Nothing to wait for: stopped, or holding a lock its taker left behind.
+    pub(crate) fn idle(&self) -> bool {
+        self.stopped || self.gone
+    }
 }
 
 /// How [`lock_bounded`] ended.
@@ -83,6 +94,10 @@ fn lock_bounded_as(
     let began = Instant::now();
     let mut nap = FIRST_NAP;
     let mut looked: Option<Instant> = None;
+    // A holder whose taker is gone, seen once: the taker may have ended a moment after the
+    // read of /proc/locks, its lock released with it. Only seen again, a look later, with the
+    // lock still held, is it an orphan that nothing will release.
+    let mut orphan_seen = false;
     loop {
         match rustix::fs::flock(&fd, op) {
             Ok(()) => return Ok(Bounded::Held),
@@ -95,10 +110,12 @@ fn lock_bounded_as(
         if waited >= limit || look {
             let holders = holders(&fd);
             looked = Some(Instant::now());
-            let stopped = !holders.is_empty() && holders.iter().all(|h| h.stopped);
-            if waited >= limit || stopped {
+            let idle = !holders.is_empty() && holders.iter().all(Holder::idle);
+            let confirmed = holders.iter().all(|h| h.stopped) || orphan_seen;
+            if waited >= limit || (idle && confirmed) {
                 return Ok(Bounded::Busy(holders));
             }
+            orphan_seen = idle;
         }
         std::thread::sleep(nap.min(limit.saturating_sub(waited)));
         nap = (nap * 2).min(LONGEST_NAP);
@@ -130,17 +147,29 @@ pub(crate) fn holders(fd: impl AsFd) -> Vec<Holder> {
             out.push(Holder {
                 pid,
                 stopped: is_stopped(pid),
+                gone: is_gone(pid),
             });
         }
     }
     out
 }
 
+/// How a lock below a root is held by nobody who will let it go ([`stopped_holders_below`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// By a process that is stopped (its pid).
+    Stopped,
+    /// By a process that inherited it from one that has ended (that one's pid).
+    Orphaned,
+}
+
 /// The locks on files below `root` held by processes that are stopped: `(pid, path)` for each
 /// (what `doctor` reports). From `/proc/locks` (each held lock's pid, device and inode), then
 /// the descriptors of each stopped holder (`/proc/<pid>/fd/*`, whose target names the file);
 /// only processes this user may look at are found.
-pub(crate) fn stopped_holders_below(root: &std::path::Path) -> Vec<(u32, std::path::PathBuf)> {
+pub(crate) fn stopped_holders_below(
+    root: &std::path::Path,
+) -> Vec<(u32, std::path::PathBuf, Held)> {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata(root) else {
         return Vec::new();
@@ -164,6 +193,21 @@ pub(crate) fn stopped_holders_below(root: &std::path::Path) -> Vec<(u32, std::pa
     let mut out = Vec::new();
     let mut pids: Vec<u32> = held.iter().map(|&(p, _)| p).collect();
     pids.dedup();
+    // A lock whose taker has ended lives on in a process that inherited it, which cannot be
+    // named: its file is found by inode, where it is the root or a layout directory.
+    let root_ino = meta.ino();
+    for &(pid, ino) in held.iter().filter(|&&(p, _)| is_gone(p)) {
+        let place = if ino == root_ino {
+            Some(root.clone())
+        } else {
+            crate::mailbox::LAYOUT
+                .iter()
+                .map(|d| root.join(d))
+                .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.ino() == ino))
+        };
+        let path = place.unwrap_or_else(|| root.join(format!("<inode {ino}>")));
+        out.push((pid, path, Held::Orphaned));
+    }
     for pid in pids.into_iter().filter(|&p| is_stopped(p)) {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
@@ -176,11 +220,9 @@ pub(crate) fn stopped_holders_below(root: &std::path::Path) -> Vec<(u32, std::pa
             if m.dev() == dev
                 && held.contains(&(pid, m.ino()))
                 && target.starts_with(&root)
-                && !out
-                    .iter()
-                    .any(|(p, t): &(u32, std::path::PathBuf)| *p == pid && *t == target)
+                && !out.iter().any(|(p, t, _)| *p == pid && *t == target)
             {
-                out.push((pid, target));
+                out.push((pid, target, Held::Stopped));
             }
         }
     }
@@ -204,6 +246,12 @@ fn parse_lock_line(line: &str) -> Option<(u32, (u32, u32, u64))> {
     let min = u32::from_str_radix(parts.next()?, 16).ok()?;
     let ino: u64 = parts.next()?.parse().ok()?;
     Some((pid, (maj, min, ino)))
+}
+
+/// True when no process `pid` exists in this pid namespace (0, a pid the kernel cannot
+/// translate here, is not known to be gone).
+pub(crate) fn is_gone(pid: u32) -> bool {
+    pid != 0 && !std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// True when every thread of process `pid` is stopped (`T`) or traced and stopped (`t`);
@@ -242,12 +290,17 @@ pub(crate) fn describe_holders(holders: &[Holder]) -> String {
     }
     holders
         .iter()
-        .map(|h| match h.stopped {
-            true => format!(
+        .map(|h| match (h.stopped, h.gone) {
+            (true, _) => format!(
                 "pid {} (stopped: `kill -CONT {}` lets it go on, or end it)",
                 h.pid, h.pid
             ),
-            false => format!("pid {}", h.pid),
+            (_, true) => format!(
+                "a process that inherited it from pid {}, which has ended (a command started by \
+                 `flock`?): `fuser -v` on the locked file finds it",
+                h.pid
+            ),
+            (false, false) => format!("pid {}", h.pid),
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -335,7 +388,8 @@ mod tests {
                     h,
                     vec![Holder {
                         pid: holder.id(),
-                        stopped: true
+                        stopped: true,
+                        gone: false,
                     }]
                 );
                 assert!(describe_holders(&h).contains("kill -CONT"));
