@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 /// A tmpfs mounted at a temporary directory for as long as it lives.
@@ -38,13 +40,7 @@ impl Drop for Mounted {
 }
 
 fn sigbox(root: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .env_remove("SIGBOX_ROOT")
-        .output()
-        .unwrap()
+    common::sigbox_at(BIN, root, args)
 }
 
 /// Fills the filesystem of `dir` to its last byte; the filler's path.

@@ -10,16 +10,12 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 fn sigbox(root: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .env_remove("SIGBOX_ROOT")
-        .output()
-        .unwrap()
+    common::sigbox_at(BIN, root, args)
 }
 
 fn text(o: &std::process::Output) -> String {

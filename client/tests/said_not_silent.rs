@@ -5,16 +5,12 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 fn sigbox(root: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .env_remove("SIGBOX_ROOT")
-        .output()
-        .unwrap()
+    common::sigbox_at(BIN, root, args)
 }
 
 fn stderr(o: &std::process::Output) -> String {

@@ -114,6 +114,7 @@ pub(crate) fn sigbox_at(bin: &str, root: &Path, args: &[&str]) -> std::process::
         .arg("--root")
         .arg(root)
         .args(args)
+        .env_remove("SIGBOX_ROOT")
         .output()
         .unwrap()
 }
