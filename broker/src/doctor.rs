@@ -418,7 +418,7 @@ pub fn diagnose(root: &Path, opts: &MailboxOptions) -> Vec<Finding> {
 /// the root: what it held waits for it (spec/mailbox.md §9.11). Other agents go on; its own
 /// agent's consumers skip what it holds, or wait for it a bounded time.
 fn stopped_holders(layout: &Layout, out: &mut Vec<Finding>) {
-    for (pid, path, held) in crate::sys::stopped_holders_below(&layout.root) {
+    for (pid, path, held) in crate::sys::stopped_holders_below(&layout.root, &LAYOUT) {
         let what = match path.strip_prefix(&layout.root) {
             Ok(p) if p.as_os_str().is_empty() => {
                 "the root's fsync lock (others sync without it)".to_string()

@@ -166,9 +166,11 @@ pub(crate) enum Held {
 /// The locks on files below `root` held by processes that are stopped: `(pid, path)` for each
 /// (what `doctor` reports). From `/proc/locks` (each held lock's pid, device and inode), then
 /// the descriptors of each stopped holder (`/proc/<pid>/fd/*`, whose target names the file);
-/// only processes this user may look at are found.
+/// only processes this user may look at are found. `layout`: the directories below the root
+/// a lock is looked for on by inode when its holder cannot be asked.
 pub(crate) fn stopped_holders_below(
     root: &std::path::Path,
+    layout: &[&str],
 ) -> Vec<(u32, std::path::PathBuf, Held)> {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata(root) else {
@@ -200,7 +202,7 @@ pub(crate) fn stopped_holders_below(
         let place = if ino == root_ino {
             Some(root.clone())
         } else {
-            crate::mailbox::LAYOUT
+            layout
                 .iter()
                 .map(|d| root.join(d))
                 .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.ino() == ino))
