@@ -44,11 +44,15 @@ pub(crate) fn write_atomic(
     clobber: Clobber,
 ) -> Result<Placed> {
     let dest_dir = parent(dest)?;
-    let placed = write_unsynced_dir(io, stage, dest, data, clobber)?;
-    if placed == Placed::Done {
-        io.sync_dir(dest_dir)?;
-    }
-    Ok(placed)
+    // One change (spec/mailbox.md §9.1): no other process's fsync of `dest`'s directory
+    // writes the stage's name before its inode.
+    io.change(|| {
+        let placed = write_unsynced_dir(io, stage, dest, data, clobber)?;
+        if placed == Placed::Done {
+            io.sync_dir(dest_dir)?;
+        }
+        Ok(placed)
+    })
 }
 
 /// [`write_atomic`] but for its last step: the file is written, fsynced and renamed into place,
@@ -56,6 +60,16 @@ pub(crate) fn write_atomic(
 /// syncs it once for the lot (spec/bridge.md §4): until that fsync, a power loss can take the
 /// name back (never the content under a name that stays).
 pub(crate) fn write_unsynced_dir(
+    io: &Io,
+    stage: &Path,
+    dest: &Path,
+    data: &[u8],
+    clobber: Clobber,
+) -> Result<Placed> {
+    io.change(|| write_staged(io, stage, dest, data, clobber))
+}
+
+fn write_staged(
     io: &Io,
     stage: &Path,
     dest: &Path,

@@ -159,6 +159,46 @@ fn loop_device_of(mnt: &Path) -> Option<String> {
     })
 }
 
+/// Copies the image `img` to `crash` as a power loss would leave it: with every process frozen
+/// the kernel still writes (writeback, journal commits and checkpoints, `ext4lazyinit`, an
+/// fsync under way), and a copy those writes overlap holds a state no power loss makes (half
+/// of a journal checkpoint, a block from before beside one from after). So the copy is made
+/// again until no write reached the loop device `dev` while it ran: its counters
+/// (`/sys/block/<dev>/stat`) and requests in flight (`inflight`) the same before and after,
+/// and nothing in flight. Then the copy is the device at one instant, a state a power loss
+/// at that instant leaves (the device's own cache aside: a loop device has none beyond the
+/// host's page cache, which the copy reads). Returns how many copies it took; panics after
+/// 200, which would say the device never rests.
+fn copy_quiet(img: &Path, crash: &Path, dev: Option<&str>) -> usize {
+    let look = |dev: &str| -> Option<(String, String)> {
+        let base = Path::new("/sys/block").join(dev);
+        Some((
+            std::fs::read_to_string(base.join("stat")).ok()?,
+            std::fs::read_to_string(base.join("inflight")).ok()?,
+        ))
+    };
+    let idle = |inflight: &str| inflight.split_whitespace().all(|n| n == "0");
+    for copies in 1..=200 {
+        let before = dev.and_then(look);
+        ok(
+            "cp",
+            &[
+                "--sparse=always",
+                img.to_str().unwrap(),
+                crash.to_str().unwrap(),
+            ],
+        );
+        let after = dev.and_then(look);
+        match (&before, &after) {
+            // No device to watch (not a loop mount): one copy, as it is.
+            (None, _) | (_, None) => return copies,
+            (Some(b), Some(a)) if b == a && idle(&a.1) => return copies,
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    panic!("the loop device {dev:?} never rested for the length of a copy");
+}
+
 /// Kills the loops' process groups when dropped.
 struct Loops(Vec<Child>);
 
@@ -194,6 +234,9 @@ struct Tally {
     open_window_stops: Vec<String>,
     /// Signals the check put in `lost+found/`: none may be an acknowledged send.
     in_lost_found: usize,
+    /// Copies of the image made, in all ([`copy_quiet`]): more than one per loss where the
+    /// device was written during a copy.
+    copies: usize,
 }
 
 /// One power loss on `fs`; adds to `tally`.
@@ -240,14 +283,7 @@ fn one_power_loss(fs: &Fs, work: &Path, seed: u64, broadcasts: bool, tally: &mut
         signal_group(c, rustix::process::Signal::STOP);
     }
     std::thread::sleep(Duration::from_millis(20));
-    ok(
-        "cp",
-        &[
-            "--sparse=always",
-            img.to_str().unwrap(),
-            crash.to_str().unwrap(),
-        ],
-    );
+    tally.copies += copy_quiet(&img, &crash, live.device.as_deref());
     drop(loops);
     drop(live);
     // The reboot: the boot-time check, then the mount (XFS and btrfs recover their logs there).
@@ -449,7 +485,7 @@ fn power_losses_on_real_filesystems_lose_nothing() {
             one_power_loss(fs, &work, seed, broadcasts, &mut tally);
         }
         eprintln!(
-            "{}: {} power losses: {} sends acknowledged, {} lost; {} printed before the loss, {} after; {} printed marked as redeliveries, {} of them a second print (all marked), 0 unmarked twice, 0 torn; boot-time fsck: {} corrected, {} stopped by sigbox, {} on the kernel's write order (not drained), {} in the open window (not drained); {} signals in lost+found/",
+            "{}: {} power losses: {} sends acknowledged, {} lost; {} printed before the loss, {} after; {} printed marked as redeliveries, {} of them a second print (all marked), 0 unmarked twice, 0 torn; boot-time fsck: {} corrected, {} stopped by sigbox, {} on the kernel's write order (not drained), {} in the open window (not drained); {} signals in lost+found/; {} copies of the image for {} quiet ones",
             fs.name,
             tally.losses,
             tally.sent,
@@ -462,7 +498,9 @@ fn power_losses_on_real_filesystems_lose_nothing() {
             tally.fsck_stopped,
             tally.write_order_stops.len(),
             tally.open_window_stops.len(),
-            tally.in_lost_found
+            tally.in_lost_found,
+            tally.copies,
+            tally.losses
         );
         if !tally.write_order_stops.is_empty() {
             eprintln!(

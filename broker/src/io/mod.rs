@@ -12,6 +12,7 @@
 //! | `root.rs` | the root, opened once; every path resolved beneath it, never through a symlink |
 //! | `write.rs` | create, write, replace a record's tail, sync, remove |
 //! | `rename.rs` | no-clobber rename and link, with the rename and claim locks |
+//! | `order.rs` | a change and its fsyncs under one lock, removed inodes kept until durable |
 //! | `lock.rs` | presence lock files and directory `flock`s |
 //! | `read.rs` | reads of files strangers write ([`ReadOutcome`]), listings, `lstat` probes |
 
@@ -25,6 +26,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::{self};
 
 mod lock;
+mod order;
 mod read;
 mod rename;
 mod root;
@@ -228,6 +230,9 @@ pub(crate) struct Io {
     root: std::sync::RwLock<Option<Arc<sys::Root>>>,
     /// When [`Io::refresh_root`] last looked.
     root_checked: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Files this handle unlinked, each kept open (`O_PATH`) with the directory it was in,
+    /// until that directory is synced (`order.rs`).
+    pins: std::sync::Mutex<Vec<(PathBuf, File)>>,
 }
 
 /// How often [`Io::refresh_root`] looks at most: it runs at every pass, and a pass over an
@@ -260,6 +265,7 @@ impl Io {
             }),
             root: std::sync::RwLock::new(None),
             root_checked: std::sync::Mutex::new(None),
+            pins: std::sync::Mutex::new(Vec::new()),
         }
     }
 

@@ -128,3 +128,142 @@ fn reads_leave_the_access_time_alone() {
     assert!(file.is_some());
     assert_eq!(atime(), old, "read_claimed");
 }
+
+/// A filesystem that gives a freed inode number to the next file made (ext4 does; tmpfs never
+/// does): the control without which the pin test below proves nothing.
+#[cfg(target_os = "linux")]
+fn reuses_inodes(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let a = dir.join("control-a");
+    fs::write(&a, b"a").unwrap();
+    let old = fs::symlink_metadata(&a).unwrap().ino();
+    fs::remove_file(&a).unwrap();
+    let b = dir.join("control-b");
+    fs::write(&b, b"b").unwrap();
+    let again = fs::symlink_metadata(&b).unwrap().ino() == old;
+    fs::remove_file(&b).unwrap();
+    again
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_removed_files_inode_is_given_to_no_other_file_before_its_removal_is_durable() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    if !reuses_inodes(dir.path()) {
+        eprintln!("skipped: this filesystem does not give a freed inode to the next file");
+        return;
+    }
+    let ino = |p: &Path| fs::symlink_metadata(p).unwrap().ino();
+    // Where a directory's fsync orders nothing (claims by link): an unlink keeps the inode in
+    // use until the directory is synced, so a power loss cannot bring the old name back on a
+    // new file.
+    let io = Io::new(IoOptions::new().link_claims(true));
+    io.set_root(dir.path()).unwrap();
+    let marker = dir.path().join("marker");
+    fs::write(&marker, b"{}").unwrap();
+    let old = ino(&marker);
+    assert!(io.remove(&marker).unwrap());
+    let next = dir.path().join("next");
+    fs::write(&next, b"x").unwrap();
+    assert_ne!(
+        ino(&next),
+        old,
+        "the removed file's inode went to a new file before its removal was synced"
+    );
+    assert_eq!(io.pins.lock().unwrap().len(), 1);
+    // Synced: the removal is durable, the inode goes.
+    io.sync_dir(dir.path()).unwrap();
+    assert!(io.pins.lock().unwrap().is_empty());
+    // Elsewhere (a journal orders the two), nothing is pinned.
+    let journaled = Io::new(IoOptions::new().link_claims(false));
+    journaled.set_root(dir.path()).unwrap();
+    assert!(journaled.remove(&next).unwrap());
+    assert!(journaled.pins.lock().unwrap().is_empty());
+    // A handle dropped with removals not synced syncs them first: the pins go with it.
+    let io = Io::new(IoOptions::new().link_claims(true));
+    io.set_root(dir.path()).unwrap();
+    let many: Vec<_> = (0..super::order::MAX_PINS + 3)
+        .map(|i| {
+            let p = dir.path().join(format!("m{i}"));
+            fs::write(&p, b"m").unwrap();
+            p
+        })
+        .collect();
+    for p in &many {
+        assert!(io.remove(p).unwrap());
+    }
+    // Past the bound, the directory was synced and its pins let go, then pinned again.
+    assert!(io.pins.lock().unwrap().len() < super::order::MAX_PINS);
+    drop(io);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_write_holds_the_roots_fsync_lock_from_its_stage_to_its_directorys_fsync() {
+    use std::sync::Mutex;
+    // At every effect of a write into place, another open of the root (as another process
+    // would take it) finds the root's fsync lock taken: no other process's fsync of the
+    // destination's directory can write the stage's name before the stage's inode.
+    struct Probe {
+        root: std::path::PathBuf,
+        seen: Mutex<Vec<(String, bool)>>,
+    }
+    impl FsHook for Probe {
+        fn before(&self, op: &FsOp<'_>) -> io::Result<()> {
+            let other = File::open(&self.root)?;
+            let free =
+                rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+                    .is_ok();
+            let name = format!("{op:?}");
+            let name = name
+                .split(['(', ' '])
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            self.seen.lock().unwrap().push((name, !free));
+            Ok(())
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let probe = Arc::new(Probe {
+        root: dir.path().to_path_buf(),
+        seen: Mutex::new(Vec::new()),
+    });
+    let io = Io::new(IoOptions::new().link_claims(true).hook(probe.clone()));
+    io.set_root(dir.path()).unwrap();
+    let sub = dir.path().join("inputs");
+    assert!(io.create_dir_durable(&sub).unwrap());
+    let dest = sub.join("s.json");
+    let stage = sub.join(".1.0123456789abcdef.send.tmp");
+    let placed =
+        crate::atomic::write_atomic(&io, &stage, &dest, b"{}\n", crate::atomic::Clobber::No)
+            .unwrap();
+    assert_eq!(placed, crate::atomic::Placed::Done);
+    assert!(io.remove_owned(&dest).unwrap());
+    let seen = probe.seen.lock().unwrap();
+    let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    for k in [
+        "CreateDir",
+        "CreateFile",
+        "Write",
+        "SyncFile",
+        "Rename",
+        "SyncDir",
+        "ReplaceTail",
+        "Remove",
+    ] {
+        assert!(kinds.contains(&k), "{k} not seen: {kinds:?}");
+    }
+    let unlocked: Vec<_> = seen.iter().filter(|(_, held)| !held).collect();
+    assert!(
+        unlocked.is_empty(),
+        "effects run without the root's fsync lock: {unlocked:?}"
+    );
+    drop(seen);
+    // Outside a change the lock is free again.
+    let other = File::open(dir.path()).unwrap();
+    assert!(
+        rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+    );
+}

@@ -11,7 +11,7 @@ use crate::sys::{self};
 
 /// How long an fsync waits for the root's fsync lock while its holder runs
 /// ([`Io::sync_serialized`]): a holder keeps it for one fsync.
-const SYNC_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+pub(super) const SYNC_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Io {
     /// `mkdir`; `Ok(false)` when the directory already exists.
@@ -62,15 +62,20 @@ impl Io {
     /// the first, a power loss can leave the name pointing at a directory whose content never
     /// reached the disk ("directory corrupted" on ext4 without a journal). `Ok(false)` when
     /// the directory already exists.
+    ///
+    /// The three steps are one change (order.rs): no other process's fsync of the parent
+    /// writes the new name before the directory it names is on the disk.
     pub(crate) fn create_dir_durable(&self, path: &Path) -> Result<bool> {
-        if !self.create_dir(path)? {
-            return Ok(false);
-        }
-        self.sync_dir(path)?;
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            self.sync_dir(parent)?;
-        }
-        Ok(true)
+        self.change(|| {
+            if !self.create_dir(path)? {
+                return Ok(false);
+            }
+            self.sync_dir(path)?;
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                self.sync_dir(parent)?;
+            }
+            Ok(true)
+        })
     }
 
     /// Creates `path` exclusively, writes `data`, and (when durable) fsyncs it.
@@ -228,7 +233,9 @@ impl Io {
                     "directory fsync failed; this handle now refuses writes",
                     e,
                 )
-            })
+            })?;
+        self.release_pins(path);
+        Ok(())
     }
 
     /// `fsync`, one process of the root at a time where renames are not atomic across
@@ -254,6 +261,17 @@ impl Io {
         let Some(root) = root else {
             return file.sync_all();
         };
+        match super::order::ordered() {
+            super::order::Ordered::Alone => {}
+            super::order::Ordered::Held => return file.sync_all(),
+            super::order::Ordered::Unlocked => {
+                file.sync_all()?;
+                return match sys::sync_filesystem(file) {
+                    Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(()),
+                    other => other,
+                };
+            }
+        }
         match sys::lock_bounded(root.as_ref(), SYNC_LOCK_WAIT, true) {
             Ok(sys::Bounded::Held) => {
                 let synced = file.sync_all();
@@ -289,11 +307,22 @@ impl Io {
     /// `unlink`; `Ok(false)` when the file is already gone.
     pub(crate) fn remove(&self, path: &Path) -> Result<bool> {
         self.check_poison(path)?;
+        let mut pinned = None;
         match self.effect(FsOp::Remove(path), || {
             let (dir, name) = self.place_io(path)?;
+            // Kept in use until the removal is durable (order.rs): what cannot be opened so
+            // (gone already, say) is unlinked as it is.
+            if self.pins_removals() {
+                pinned = sys::open_path_at(&dir, name).ok();
+            }
             sys::unlink_at(&dir, name)
         }) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                if let (Some(file), Some(dir)) = (pinned, path.parent()) {
+                    self.pin(dir, file);
+                }
+                Ok(true)
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(match e.downcast::<Error>() {
                 Ok(refused) => refused,
@@ -310,11 +339,13 @@ impl Io {
     /// `fsck -p` clears by itself only when it is empty ("unattached zero-length inode"); one
     /// with content stops the boot. `false` when the file was already gone.
     pub(crate) fn remove_owned(&self, path: &Path) -> Result<bool> {
-        let removed = self.remove_emptied(path)?;
-        if removed && let Some(dir) = path.parent() {
-            self.sync_dir(dir)?;
-        }
-        Ok(removed)
+        self.change(|| {
+            let removed = self.remove_emptied(path)?;
+            if removed && let Some(dir) = path.parent() {
+                self.sync_dir(dir)?;
+            }
+            Ok(removed)
+        })
     }
 
     /// [`Io::remove_owned`] without the fsync of the directory, for a caller that removes

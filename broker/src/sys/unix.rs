@@ -360,6 +360,24 @@ pub(crate) fn open_untrusted_at(dir: &Dir, name: &OsStr, access: OFlags) -> io::
     )?))
 }
 
+/// An `O_PATH` descriptor of `name` in `dir`, not following a symlink: it reads nothing and
+/// opens any kind of file, and keeps the inode in use while it lives (an unlinked file's inode
+/// is freed at its last close). Linux only; elsewhere `Unsupported`.
+pub(crate) fn open_path_at(dir: &Dir, name: &OsStr) -> io::Result<File> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    return Ok(File::from(rustix::fs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?));
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (dir, name);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+}
+
 /// `renameat2(RENAME_NOREPLACE)` between two directories; `Ok(false)` where the filesystem
 /// (FUSE, the Linux NFS client) or the platform refuses the flag: nothing happened, and the
 /// caller uses [`rename_checked_at`] under a lock instead.
