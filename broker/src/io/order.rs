@@ -11,7 +11,7 @@
 //!   directory synced) holds the root's fsync lock from its first step to its last, and every
 //!   other process's fsync waits for it: no fsync of another process writes a name whose
 //!   inode is not on the disk yet. The lock binds nobody for long: it is waited for at most
-//!   [`SYNC_LOCK_WAIT`](super::write) and not at all once its holder is stopped; a change that
+//!   [`SYNC_LOCK_WAIT`] and not at all once its holder is stopped; a change that
 //!   cannot have it goes on without it, each of its fsyncs followed by a `syncfs`.
 //! - **A removed file's inode is kept until its removal is durable** ([`Io::remove`] pins it):
 //!   an inode freed by an `unlink` can be given to the next file made on that filesystem, by
@@ -35,9 +35,29 @@ thread_local! {
     static IN_CHANGE: Cell<Option<bool>> = const { Cell::new(None) };
 }
 
+/// How long an fsync, or a change, waits for the root's fsync lock while its holder runs: a
+/// holder keeps it for one fsync, or one change.
+pub(super) const SYNC_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How many removed files a handle keeps pinned before it fsyncs their directories at once:
-/// each pin is a descriptor.
+/// each pin is a descriptor, so at most a sixteenth of the process's descriptor limit (one
+/// under `ulimit -n 17`), and 64 at most.
 pub(super) const MAX_PINS: usize = 64;
+
+/// [`MAX_PINS`] within this process's descriptor limit.
+fn max_pins() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+            let share = nofile.map_or(MAX_PINS, |n| usize::try_from(n / 16).unwrap_or(MAX_PINS));
+            share.clamp(1, MAX_PINS)
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        MAX_PINS
+    })
+}
 
 /// What an fsync of this thread does about the root's fsync lock.
 pub(super) enum Ordered {
@@ -88,7 +108,7 @@ impl Io {
         let Some(root) = self.root() else {
             return f();
         };
-        let guard = match sys::lock_bounded(root.as_ref(), super::write::SYNC_LOCK_WAIT, true) {
+        let guard = match sys::lock_bounded(root.as_ref(), SYNC_LOCK_WAIT, true) {
             Ok(sys::Bounded::Held) => {
                 IN_CHANGE.set(Some(true));
                 ChangeGuard { root: Some(root) }
@@ -115,12 +135,12 @@ impl Io {
     }
 
     /// Keeps `file` (an `O_PATH` descriptor of a file just unlinked from `dir`) until `dir` is
-    /// synced; past [`MAX_PINS`], fsyncs the pinned directories now and lets their files go.
+    /// synced; past [`max_pins`], fsyncs the pinned directories now and lets their files go.
     pub(super) fn pin(&self, dir: &Path, file: File) {
         let full = {
             let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
             pins.push((dir.to_path_buf(), file));
-            pins.len() >= MAX_PINS
+            pins.len() >= max_pins()
         };
         if full {
             self.sync_pinned();

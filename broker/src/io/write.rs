@@ -9,9 +9,7 @@ use super::{Durability, FsOp, Io};
 use crate::error::{Error, Result};
 use crate::sys::{self};
 
-/// How long an fsync waits for the root's fsync lock while its holder runs
-/// ([`Io::sync_serialized`]): a holder keeps it for one fsync.
-pub(super) const SYNC_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+use super::order::SYNC_LOCK_WAIT;
 
 impl Io {
     /// `mkdir`; `Ok(false)` when the directory already exists.
@@ -312,8 +310,12 @@ impl Io {
             let (dir, name) = self.place_io(path)?;
             // Kept in use until the removal is durable (order.rs): what cannot be opened so
             // (gone already, say) is unlinked as it is.
+            // Only a last link frees its inode: another link keeps it in use.
             if self.pins_removals() {
-                pinned = sys::open_path_at(&dir, name).ok();
+                pinned = sys::open_path_at(&dir, name).ok().filter(|f| {
+                    f.metadata()
+                        .is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 1)
+                });
             }
             sys::unlink_at(&dir, name)
         }) {

@@ -183,7 +183,10 @@ pub(crate) fn stopped_holders_below(
     let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
         return Vec::new();
     };
-    let (maj, min) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    // `dev_t` is narrower than `MetadataExt::dev`'s u64 on some targets (i32 on macOS).
+    #[allow(clippy::unnecessary_cast)]
+    let raw = dev as rustix::fs::Dev;
+    let (maj, min) = (rustix::fs::major(raw), rustix::fs::minor(raw));
     let mut held: Vec<(u32, u64)> = locks
         .lines()
         .filter_map(parse_lock_line)
