@@ -149,6 +149,114 @@ pub(crate) fn inotify_watches(pid: u32) -> usize {
     n
 }
 
+/// Waits until `cond` holds, looking every 10 ms; fails, naming `what`, when it has not within
+/// `limit` (a bound on a hang, not a speed: a loaded machine may take long to get there).
+pub(crate) fn wait_until(what: &str, limit: std::time::Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never within {limit:?}: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Whether the process `pid` watches the directory `dir` (an inotify watch on its device and
+/// inode, among the `inotify wd:` lines of its descriptors' fdinfo): a waiter that watches it
+/// is armed, and what arrives there from then on wakes it. False for a process that has
+/// ended, or that this user cannot look at.
+pub(crate) fn watches(pid: u32, dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(dir) else {
+        return false;
+    };
+    // fdinfo names the device as the kernel holds it: the major number above 20 bits.
+    let dev = (u64::from(rustix::fs::major(m.dev())) << 20) | u64::from(rustix::fs::minor(m.dev()));
+    let on = format!(" ino:{:x} sdev:{dev:x} ", m.ino());
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return false;
+    };
+    fds.flatten().any(|e| {
+        std::fs::read_to_string(e.path()).is_ok_and(|text| {
+            text.lines()
+                .any(|l| l.starts_with("inotify wd:") && l.contains(&on))
+        })
+    })
+}
+
+/// How many processes watch the directory `dir` (see [`watches`]), among those this user can
+/// look at: for processes a test does not start itself (a helper that waits for their output).
+pub(crate) fn watchers(dir: &Path) -> usize {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| watches(pid, dir))
+        .count()
+}
+
+/// Whether the process `pid` holds a lock on the file at `path` (its line in `/proc/locks`,
+/// by device and inode; a waiter's line, marked `->`, is not a holder's).
+pub(crate) fn holds_lock(pid: u32, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(path) else {
+        return false;
+    };
+    let on = format!(
+        "{:02x}:{:02x}:{}",
+        rustix::fs::major(m.dev()),
+        rustix::fs::minor(m.dev()),
+        m.ino()
+    );
+    let pid = pid.to_string();
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() > 5 && w[1] != "->" && w[4] == pid && w[5] == on
+        })
+}
+
+/// What a child writes to one of its pipes, read aside as it comes (so that the child never
+/// blocks on a full pipe), for a test to look at while the child runs.
+pub(crate) struct Aside {
+    text: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Aside {
+    pub(crate) fn new(mut from: impl std::io::Read + Send + 'static) -> Aside {
+        let text = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let reader = std::thread::spawn({
+            let text = text.clone();
+            move || {
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = from.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    text.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            }
+        });
+        Aside { text, reader }
+    }
+
+    /// What was read so far.
+    pub(crate) fn now(&self) -> String {
+        String::from_utf8_lossy(&self.text.lock().unwrap()).into_owned()
+    }
+
+    /// Everything, once the pipe is closed (the child has ended).
+    pub(crate) fn finish(self) -> String {
+        self.reader.join().unwrap();
+        String::from_utf8_lossy(&self.text.lock().unwrap()).into_owned()
+    }
+}
+
 /// Every file under `dir`, at any depth (nothing when `dir` cannot be read).
 pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
