@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 struct Env {
@@ -190,7 +192,11 @@ fn wait_wakes_when_a_signal_is_dropped_while_it_blocks() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Blocked: it watches inputs/, and what is dropped there from now on must wake it (a
+    // signal sent before would be found by its first pass, waking or not).
+    common::wait_until("the wait watches inputs/", Duration::from_secs(30), || {
+        common::watches(child.id(), &env.root.join("inputs"))
+    });
     env.ok(&["send", "steer", "now", "--target", "Executor"]);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
@@ -201,7 +207,7 @@ fn wait_wakes_when_a_signal_is_dropped_while_it_blocks() {
 #[test]
 fn wait_polling_fallback_without_events() {
     let env = Env::new();
-    let child = env
+    let mut child = env
         .cmd(&[
             "--json",
             "-vv",
@@ -217,14 +223,18 @@ fn wait_polling_fallback_without_events() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let stderr = common::Aside::new(child.stderr.take().unwrap());
+    // Sent once its first pass found nothing: a later pass must find it.
+    common::wait_until("the wait's first pass", Duration::from_secs(30), || {
+        stderr.now().contains("pass done")
+    });
     env.ok(&["send", "info", "polled", "--target", "Executor"]);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["message"], "polled");
     // Several passes ran: the waiter found it by polling, not by an event.
-    let log = String::from_utf8_lossy(&out.stderr);
+    let log = stderr.finish();
     assert!(log.matches("pass done").count() >= 2, "{log}");
 }
 
@@ -612,7 +622,14 @@ fn a_blocked_wait_does_not_spin() {
         let mut args = vec!["wait", "--as", "Executor", "--timeout", "30s"];
         args.extend_from_slice(extra);
         let mut child = env.cmd(&args).stdout(Stdio::piped()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        // Measured from once it holds the agent's presence: its start is behind it, and what
+        // it spends from there is its wait's (a first pass of a few milliseconds at most).
+        let presence = env.root.join("agents/Executor.lock");
+        common::wait_until(
+            "the wait holds the Executor's presence",
+            Duration::from_secs(30),
+            || common::holds_lock(child.id(), &presence),
+        );
         let before = cpu_ns(child.id());
         std::thread::sleep(Duration::from_secs(1));
         let used = cpu_ns(child.id()) - before;
