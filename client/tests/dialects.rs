@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 fn run_in(dir: &Path, args: &[&str]) -> Output {
@@ -370,7 +372,11 @@ fn goblin_fourth_retry_fails_the_pipeline() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    common::wait_until(
+        "the watch watches .goblin/",
+        Duration::from_secs(30),
+        || common::watches(child.id(), &wt.join(".goblin")),
+    );
     ok_in(
         &wt,
         &[
@@ -411,7 +417,12 @@ fn goblin_signal_written_in_two_steps_while_watch_runs_is_one_transition_with_fu
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // The file is written while the watch runs: once it watches `.goblin/`.
+    common::wait_until(
+        "the watch watches .goblin/",
+        Duration::from_secs(30),
+        || common::watches(child.id(), &g),
+    );
     // `echo '{...}' > file` truncates first, then writes; here the write also comes in two parts.
     let path = g.join("build-complete");
     let mut f = std::fs::File::create(&path).unwrap();
@@ -573,7 +584,7 @@ fn goblin_watches_racing_on_one_worktree_report_each_transition_once() {
             signal();
         }
         let timeout = if signal_first { "1s" } else { "3s" };
-        let watchers: Vec<_> = (0..WATCHERS)
+        let mut watchers: Vec<_> = (0..WATCHERS)
             .map(|_| {
                 Command::new(BIN)
                     .current_dir(&wt)
@@ -587,7 +598,16 @@ fn goblin_watches_racing_on_one_worktree_report_each_transition_once() {
             .collect();
         if !signal_first {
             // All of them watching (or refused) before the signal arrives.
-            std::thread::sleep(Duration::from_millis(300));
+            let dir = wt.join(".goblin");
+            common::wait_until(
+                "every watch watching .goblin/ or ended",
+                Duration::from_secs(30),
+                || {
+                    watchers
+                        .iter_mut()
+                        .all(|w| w.try_wait().unwrap().is_some() || common::watches(w.id(), &dir))
+                },
+            );
             signal();
         }
         let mut transitions = 0;
@@ -881,7 +901,12 @@ fn mux_check_waits_event_driven_and_times_out() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Waiting on events: it watches the session's directory.
+    common::wait_until(
+        "the check watches the session",
+        Duration::from_secs(30),
+        || common::watches(child.id(), &root.join(SESSION)),
+    );
     ok_in(
         &root,
         &[
