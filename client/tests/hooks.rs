@@ -10,6 +10,8 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 use sigbox::{Mailbox, NewSignal, SignalType, Target};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 fn spec() -> PathBuf {
@@ -322,7 +324,12 @@ fn a_pause_holds_the_tool_call_until_resume() {
     let resumer = {
         let root = root.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            // Sent once the call is held: the hook sleeps on the events of inputs/.
+            common::wait_until(
+                "the hook holds the call",
+                std::time::Duration::from_secs(30),
+                || common::watchers(&root.join("inputs")) > 0,
+            );
             send(&Mailbox::open(&root).unwrap(), SignalType::Resume, "go");
         })
     };
@@ -409,7 +416,12 @@ fn a_pause_holds_parallel_calls_and_survives_a_killed_hook() {
             })
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Both held (each sleeps on the events of inputs/) before the RESUME comes.
+    common::wait_until(
+        "both calls are held",
+        std::time::Duration::from_secs(30),
+        || common::watchers(&root.join("inputs")) >= 2,
+    );
     send(&mb, SignalType::Resume, "go");
     for h in held {
         let (out, took) = h.join().unwrap();
@@ -1382,7 +1394,12 @@ fn a_paused_turn_is_kept_alive_until_resume() {
     let resumer = {
         let root = root.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(400));
+            // During the hold: once the hook sleeps on the events of inputs/.
+            common::wait_until(
+                "the hook holds the turn",
+                std::time::Duration::from_secs(30),
+                || common::watchers(&root.join("inputs")) > 0,
+            );
             send(&Mailbox::open(&root).unwrap(), SignalType::Resume, "go on");
         })
     };
