@@ -180,7 +180,11 @@ fn maildir_drops_are_read_once_their_other_name_is_gone() {
         .iter()
         .map(|(_, log)| consumer_loop(&root, "wait --as Executor --timeout 1s", log, &stop))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    common::wait_until(
+        "both waits blocked on inputs/",
+        Duration::from_secs(30),
+        || common::watchers(&root.join("inputs")) >= 2,
+    );
     let n = 30;
     for i in 0..n {
         let f = maildir_tmp.join(format!("x{i}.yaml"));
