@@ -33,7 +33,10 @@ fn wait_across(replace: impl FnOnce(&Path)) -> (String, Option<i32>, String) {
     let root = tmp.path().join("signals");
     assert!(sigbox(&root, &["init"]).status.success());
     let child = spawn_wait(&root, "15s");
-    std::thread::sleep(Duration::from_millis(500));
+    // Asleep: it watches inputs/.
+    common::wait_until("the wait watches inputs/", Duration::from_secs(30), || {
+        common::watches(child.id(), &root.join("inputs"))
+    });
     replace(&root);
     let sent = sigbox(&root, &["send", "steer", "after", "--target", "Executor"]);
     assert!(
@@ -91,7 +94,10 @@ fn a_wait_follows_a_root_symlink_pointed_elsewhere() {
     assert!(sigbox(&b, &["init"]).status.success());
     std::os::unix::fs::symlink(&a, &link).unwrap();
     let mut child = spawn_wait(&link, "60s");
-    std::thread::sleep(Duration::from_millis(500));
+    // Asleep: it watches the inputs/ the link leads to now.
+    common::wait_until("the wait watches inputs/", Duration::from_secs(30), || {
+        common::watches(child.id(), &a.join("inputs"))
+    });
     let fresh = tmp.path().join("signals.new");
     std::os::unix::fs::symlink(&b, &fresh).unwrap();
     std::fs::rename(&fresh, &link).unwrap();
