@@ -6,6 +6,8 @@ use std::time::Duration;
 use sigbox::{Mailbox, NewSignal, SignalType, Target};
 use sigbox_client::{Checkpoint, WaitMode};
 
+mod common;
+
 fn to_exec(ty: SignalType, msg: &str) -> NewSignal {
     let mut s = NewSignal::new(ty);
     s.target(Target::Agent("Executor".into())).message(msg);
@@ -39,10 +41,15 @@ fn pause_waits_through_another_pause_until_steer() {
         let root = dir.path().to_path_buf();
         let sender = std::thread::spawn(move || {
             let mb = Mailbox::open(&root).unwrap();
+            // A moment into the wait (a PAUSE at its first pass is handled alike).
             std::thread::sleep(Duration::from_millis(200));
             mb.send(&to_exec(SignalType::Pause, "still holding"))
                 .unwrap();
-            std::thread::sleep(Duration::from_millis(200));
+            // The STEER comes once the wait has taken that PAUSE, in a round of its own: a
+            // PAUSE that ended the wait would be returned alone.
+            common::wait_until("the second PAUSE taken", Duration::from_secs(30), || {
+                mb.pending().is_ok_and(|p| p.is_empty())
+            });
             mb.send(&to_exec(SignalType::Steer, "new direction"))
                 .unwrap();
         });
@@ -77,7 +84,11 @@ fn wait_resume_acknowledges_nothing_it_has_not_returned() {
         let mut cp = Checkpoint::open(&root, "Executor").unwrap();
         cp.wait_resume(Some(Duration::from_millis(1500))).unwrap()
     });
-    std::thread::sleep(Duration::from_millis(200));
+    common::wait_until(
+        "the waiter holds its presence",
+        Duration::from_secs(30),
+        || mb.is_present("Executor"),
+    );
     mb.send(&to_exec(SignalType::Pause, "hold")).unwrap();
     // Rounds after the PAUSE run now; none may acknowledge it.
     std::thread::sleep(Duration::from_millis(700));
