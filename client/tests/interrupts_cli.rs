@@ -148,8 +148,11 @@ fn an_idle_wait_ends_by_the_signal() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    // Give it time to reach its sleep; a signal before that ends it the same way.
-    std::thread::sleep(Duration::from_millis(300));
+    // In its sleep: it watches inputs/ (a signal before that would end it the same way, and
+    // the test would not show it).
+    common::wait_until("the wait watches inputs/", Duration::from_secs(30), || {
+        common::watches(child.id(), &root.join("inputs"))
+    });
     common::signal(child.id(), Signal::INT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(2), "{status}");
