@@ -176,7 +176,10 @@ fn a_stop_signal_while_waiting_keeps_the_request_for_the_next_ask() {
         );
     }
     let asker = spawn_ask(&root, &["--as", "Executor", "--key", "s", "stay?"]);
-    std::thread::sleep(Duration::from_millis(200));
+    // Answered while it waits: once it watches asks/ (an answer before would be found at once).
+    common::wait_until("the asker watches asks/", Duration::from_secs(30), || {
+        common::watches(asker.id(), &root.join("asks"))
+    });
     assert!(
         run(&root, &["answer", "Executor.s", "deny"])
             .status
@@ -239,8 +242,11 @@ fn a_forged_outcome_does_not_answer_and_the_real_one_still_does() {
     let stage = d.path().join("forged");
     std::fs::write(&stage, forged).unwrap();
     std::fs::rename(&stage, &outcome).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!outcome.exists(), "the forged outcome was not moved aside");
+    common::wait_until(
+        "the forged outcome moved aside",
+        Duration::from_secs(30),
+        || !outcome.exists(),
+    );
     let rejected: Vec<String> = std::fs::read_dir(root.join("rejected"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
