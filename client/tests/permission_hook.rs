@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sigbox::Mailbox;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 fn fixture(runtime: &str) -> Vec<u8> {
@@ -340,7 +342,11 @@ fn a_hook_killed_mid_wait_and_fired_again_reattaches_to_its_one_request() {
         &fixture("claude"),
         &["--permission-wait", "60s"],
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // Answered while it waits on the request: once it watches asks/ (an answer before would
+    // be found at once, as below).
+    common::wait_until("the hook watches asks/", Duration::from_secs(30), || {
+        common::watches(again.id(), &root.join("asks"))
+    });
     assert!(
         answer(&root, r["id"].as_str().unwrap(), "approve", None)
             .status
