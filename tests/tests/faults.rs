@@ -464,12 +464,13 @@ fn a_failed_listing_fails_the_pass_and_loses_nothing() {
     assert_eq!(again.delivered[0].id, id);
 }
 
-/// Holds the orchestrator's archive of a broadcast (its move out of `inputs/`) for a moment,
-/// once, after telling `go`: what another process does meanwhile comes between the archive's
-/// reading of the acks and its move.
+/// Holds the orchestrator's archive of a broadcast (its move out of `inputs/`), once, after
+/// telling `go`, until told on `until`: what another process does meanwhile comes between the
+/// archive's reading of the acks and its move.
 struct SlowArchive {
     inputs: std::path::PathBuf,
     go: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    until: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
 impl FsHook for SlowArchive {
@@ -482,7 +483,12 @@ impl FsHook for SlowArchive {
             && let Some(go) = self.go.lock().unwrap().take()
         {
             go.send(()).unwrap();
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            // Bounded: a take-back that waited for the archive would never let it go on.
+            self.until
+                .lock()
+                .unwrap()
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("the take-back never ended while the archive was held");
         }
         Ok(())
     }
@@ -508,11 +514,13 @@ fn a_broadcast_archived_while_its_hand_over_fails_still_reaches_the_agent() {
             mb.ack(a).unwrap();
         }
         let (go, archiving) = std::sync::mpsc::channel();
+        let (release, until) = std::sync::mpsc::channel();
         let mut orch_opts = opts.clone();
         if during {
             orch_opts.hook(Arc::new(SlowArchive {
                 inputs: tmp.path().join("inputs"),
                 go: std::sync::Mutex::new(Some(go.clone())),
+                until: std::sync::Mutex::new(until),
             }));
         }
         let orch = orch_opts.open(tmp.path()).unwrap();
@@ -534,15 +542,19 @@ fn a_broadcast_archived_while_its_hand_over_fails_still_reaches_the_agent() {
         assert_eq!(handed.recv().unwrap(), 1);
         let archiver =
             std::thread::spawn(move || orch.pass("Orchestrator", None).map(|p| p.archived.len()));
-        if during {
+        let (mb, err) = if during {
             archiving.recv().unwrap(); // the archive has read the acks
             fail.send(()).unwrap();
+            // The take-back over, the archive goes on.
+            let taken_back = executor.join().unwrap();
+            release.send(()).unwrap();
             assert_eq!(archiver.join().unwrap().unwrap(), 1);
+            taken_back
         } else {
             assert_eq!(archiver.join().unwrap().unwrap(), 1);
             fail.send(()).unwrap();
-        }
-        let (mb, err) = executor.join().unwrap();
+            executor.join().unwrap()
+        };
         assert!(
             err.contains("stay in flight and come again, marked"),
             "{err}"
