@@ -92,7 +92,9 @@ fn approve_and_skip_reach_only_the_orchestrator_in_an_approval_state_on_its_host
     let (m0, m1) = (h0.mailbox(), h1.mailbox());
     let _exec = m0.presence("Executor").unwrap();
     let _orch = m1.presence("Orchestrator").unwrap();
-    thread::sleep(Duration::from_millis(400));
+    eventually("each bridge took its agent", || {
+        h0.has_agent("Executor") && h1.has_agent("Orchestrator")
+    });
     for (ty, target) in [
         (SignalType::Approve, Target::Agent("Executor".into())),
         (SignalType::Skip, Target::All),
@@ -144,7 +146,7 @@ fn a_signal_whose_agent_left_after_its_import_crosses_again_and_arrives_once() {
     let ms: Vec<Mailbox> = hosts.iter().map(Host::mailbox).collect();
     // The Planner is present on h1 but does not poll: its signals are imported there.
     let planner = ms[1].presence("Planner").unwrap();
-    thread::sleep(Duration::from_millis(400));
+    eventually("h1 took the Planner", || hosts[1].has_agent("Planner"));
     for i in 0..5 {
         ms[0].send(&steer("Planner", &format!("p{i}"))).unwrap();
     }
@@ -178,7 +180,7 @@ fn a_dropped_yaml_file_crosses_hosts_as_it_was_written() {
     let h1 = Host::start(dir.path(), "h1", &server.url(), "drop", &[]);
     let m1 = h1.mailbox();
     let _p = m1.presence("Planner").unwrap();
-    thread::sleep(Duration::from_millis(400));
+    eventually("h1 took the Planner", || h1.has_agent("Planner"));
     let inputs = h0.root.join("inputs");
     std::fs::write(
         inputs.join(".news.tmp"),
@@ -440,7 +442,7 @@ fn an_agent_that_polls_now_and_then_belongs_to_the_host_it_polled_on_last() {
     let ms: Vec<Mailbox> = hosts.iter().map(Host::mailbox).collect();
     // Zed polls on h0 (a few milliseconds each time, far shorter than the bridges look).
     assert!(poll_once(&ms[0], "Zed").is_empty());
-    thread::sleep(Duration::from_millis(500));
+    eventually("h0 took Zed", || hosts[0].has_agent("Zed"));
     for i in 0..3 {
         ms[2].send(&steer("Zed", &format!("a{i}"))).unwrap();
     }
@@ -452,7 +454,9 @@ fn an_agent_that_polls_now_and_then_belongs_to_the_host_it_polled_on_last() {
     );
     // Zed now polls on h1: what is sent to it from here on reaches it there, none on h0.
     assert!(poll_once(&ms[1], "Zed").is_empty());
-    thread::sleep(Duration::from_millis(500));
+    eventually("h1 took Zed from h0", || {
+        hosts[1].has_agent("Zed") && !hosts[0].has_agent("Zed")
+    });
     for i in 0..3 {
         ms[2].send(&steer("Zed", &format!("b{i}"))).unwrap();
     }
@@ -516,7 +520,7 @@ fn a_signal_larger_than_the_server_takes_is_quarantined_and_holds_up_no_other() 
     let h1 = Host::start(dir.path(), "h1", &server.url(), "big", &[]);
     let m1 = h1.mailbox();
     let _sam = m1.presence("Sam").unwrap();
-    thread::sleep(Duration::from_millis(400));
+    eventually("h1 took Sam", || h1.has_agent("Sam"));
     let m0 = h0.mailbox();
     m0.send(&steer("Sam", &"x".repeat(70_000))).unwrap();
     m0.send(&steer("Sam", "small")).unwrap();
@@ -691,7 +695,7 @@ fn a_signal_as_large_as_send_takes_crosses() {
     let h1 = Host::start(dir.path(), "h1", &server.url(), "cap", &[]);
     let m1 = h1.mailbox();
     let _bob = m1.presence("Bob").unwrap();
-    thread::sleep(Duration::from_millis(400));
+    eventually("h1 took Bob", || h1.has_agent("Bob"));
     // The largest message `send` takes, to the byte.
     let m0 = h0.mailbox();
     let mut n = 1_044_400;
@@ -779,7 +783,7 @@ fn an_agent_that_moves_host_gets_what_it_had_not_taken_first_in_the_order_sent()
             stop.clone(),
             leave.clone(),
         );
-        thread::sleep(Duration::from_millis(600));
+        eventually("h1 took the agent", || hosts[1].has_agent(&agent));
         for seq in 0..BEFORE_STOP {
             send(seq);
             thread::sleep(Duration::from_millis(3));

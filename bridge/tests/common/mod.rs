@@ -202,6 +202,33 @@ pub fn test_dir() -> tempfile::TempDir {
     dir
 }
 
+/// Waits until `cond` holds, looking every 20 ms; fails, naming `what`, when it has not within
+/// `limit` (a bound on a hang, not a speed: a loaded machine may take long to get there).
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "never within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The agents of the host whose root is `root`, as its bridge last wrote them (`here` in
+/// `bridge/state.json`, rewritten every second): those it recorded as its own, whose signals
+/// it imports.
+pub fn agents_of(root: &Path) -> Vec<String> {
+    std::fs::read(root.join("bridge/state.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| {
+            v["here"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
 /// A "host": a mailbox root with its bridge process.
 pub struct Host {
     pub name: String,
@@ -289,6 +316,11 @@ impl Host {
     /// The bridge's log so far (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether its bridge counts `agent` among its agents ([`agents_of`]).
+    pub fn has_agent(&self, agent: &str) -> bool {
+        agents_of(&self.root).iter().any(|a| a == agent)
     }
 
     /// `bridge/state.json`.
