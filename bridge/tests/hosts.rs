@@ -144,7 +144,16 @@ fn run_workload(
         }
     }
     // Every agent's presence is seen by its bridge before anything is sent.
-    thread::sleep(Duration::from_millis(600));
+    common::wait_until(
+        "every bridge took its agents",
+        Duration::from_secs(60),
+        || {
+            hosts.iter().zip(AGENTS).all(|(root, names)| {
+                let here = common::agents_of(root);
+                names.iter().all(|n| here.iter().any(|h| h == n))
+            })
+        },
+    );
     thread::scope(|s| {
         for (p, host) in hosts.iter().enumerate() {
             let mb = common::open(host);
@@ -533,7 +542,10 @@ fn kills_during_bursts_of_large_signals_reorder_nothing() {
             got
         })
     };
-    thread::sleep(Duration::from_millis(1500));
+    // The Remote is h0's before the bursts begin.
+    common::wait_until("h0 took the Remote", Duration::from_secs(60), || {
+        h0.has_agent("Remote")
+    });
     let pad = "x".repeat(150_000);
     thread::scope(|s| {
         for p in 0..3 {
