@@ -75,8 +75,8 @@ fn hook(root: &Path, runtime: &str, event: &str, extra: &[&str]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// A hook holding a PreToolUse call (up to 30 s) under the PAUSE in force, once it has
-/// recorded that PAUSE.
+/// A hook holding a PreToolUse call (up to 30 s) under the PAUSE in force, once it holds it
+/// (it has recorded that PAUSE, and sleeps on the events of `inputs/`).
 fn hold_a_tool_call(root: &Path, mb: &Mailbox) -> std::process::Child {
     let mut holder = Command::new(BIN)
         .arg("--root")
@@ -93,10 +93,15 @@ fn hold_a_tool_call(root: &Path, mb: &Mailbox) -> std::process::Child {
         .unwrap()
         .write_all(&fixture("claude", "PreToolUse"))
         .unwrap();
-    let t = std::time::Instant::now();
-    while mb.paused("Executor").unwrap().is_none() && t.elapsed().as_secs() < 10 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::wait_until(
+        "the hook holds the call",
+        std::time::Duration::from_secs(30),
+        || common::watches(holder.id(), &root.join("inputs")),
+    );
+    assert!(
+        mb.paused("Executor").unwrap().is_some(),
+        "held, not recorded"
+    );
     holder
 }
 
@@ -381,7 +386,6 @@ fn a_pause_holds_parallel_calls_and_survives_a_killed_hook() {
     send(&mb, SignalType::Pause, "hold on");
     // A holder, killed in the middle of its hold.
     let mut holder = hold_a_tool_call(&root, &mb);
-    std::thread::sleep(std::time::Duration::from_millis(200));
     holder.kill().unwrap();
     holder.wait().unwrap();
     assert!(
@@ -848,7 +852,6 @@ fn a_hook_killed_while_holding_hands_nothing_over() {
     send(&mb, SignalType::Steer, "keep me");
     send(&mb, SignalType::Pause, "hold on");
     let mut holder = hold_a_tool_call(&root, &mb);
-    std::thread::sleep(std::time::Duration::from_millis(400));
     holder.kill().unwrap();
     holder.wait().unwrap();
     let out = hook(&root, "claude", "PostToolUse", &[]);
@@ -1798,11 +1801,14 @@ fn a_pause_wait_too_long_to_represent_holds_until_resume() {
         .unwrap()
         .write_all(&fixture("claude", "PreToolUse"))
         .unwrap();
-    let t = std::time::Instant::now();
-    while mb.paused("Executor").unwrap().is_none() && t.elapsed().as_secs() < 10 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Held: it sleeps on the events of inputs/ (a bound read as zero would answer at once,
+    // and never watch).
+    common::wait_until(
+        "the hook holds the call",
+        std::time::Duration::from_secs(30),
+        || common::watches(holder.id(), &root.join("inputs")),
+    );
+    assert!(mb.paused("Executor").unwrap().is_some());
     assert!(
         holder.try_wait().unwrap().is_none(),
         "the call was not held: {:?}",
