@@ -116,7 +116,10 @@ fn an_asker_killed_and_started_again_by_key_gets_the_answer_given_meanwhile() {
     let (_d, root) = setup();
     let mut asker = spawn_ask(&root, &["--as", "Executor", "--key", "k9", "deploy?"]);
     wait_for(&root.join("asks/Executor.k9.request.json"));
-    std::thread::sleep(Duration::from_millis(100));
+    // Killed in its wait: once it watches asks/.
+    common::wait_until("the asker watches asks/", Duration::from_secs(30), || {
+        common::watches(asker.id(), &root.join("asks"))
+    });
     common::signal(asker.id(), rustix::process::Signal::KILL).unwrap();
     asker.wait().unwrap();
     let a = run(
@@ -160,7 +163,11 @@ fn a_stop_signal_while_waiting_keeps_the_request_for_the_next_ask() {
         }
         let mut asker = spawn_ask(&root, &["--as", "Executor", "--key", "s", "stay?"]);
         wait_for(&root.join("asks/Executor.s.request.json"));
-        std::thread::sleep(Duration::from_millis(100));
+        // Signalled in its wait: once it watches asks/ (from the second round on, the request
+        // is there before this asker starts).
+        common::wait_until("the asker watches asks/", Duration::from_secs(30), || {
+            common::watches(asker.id(), &root.join("asks"))
+        });
         common::signal(asker.id(), sig).unwrap();
         let st = common::wait_at_most(
             &mut asker,
