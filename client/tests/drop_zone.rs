@@ -148,7 +148,10 @@ fn a_file_written_in_place_waits_for_the_window_after_its_last_write() {
     let path = z.inputs().join("steps.yaml");
     std::fs::write(&path, "type: STEER\n").unwrap();
     assert_eq!(z.ok("600ms", &["poll", "--as", "Orchestrator"]), "");
-    std::thread::sleep(Duration::from_millis(300));
+    // The second write past the window of the first, and the poll at once after it: a window
+    // counted from the first write has passed, the one from the last has not (the poll has
+    // the whole window to start in, however loaded the machine).
+    std::thread::sleep(Duration::from_millis(700));
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .open(&path)
@@ -156,8 +159,7 @@ fn a_file_written_in_place_waits_for_the_window_after_its_last_write() {
     f.write_all(b"target: Executor\nmessage: two steps\n")
         .unwrap();
     drop(f);
-    std::thread::sleep(Duration::from_millis(400));
-    // 700 ms after the first write, 400 ms after the last: still settling.
+    // More than 700 ms after the first write, less than 600 ms after the last: still settling.
     assert_eq!(z.ok("600ms", &["poll", "--as", "Executor"]), "");
     let all = z.json("600ms", &["ls", "--all"]);
     assert!(
