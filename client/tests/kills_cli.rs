@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sigbox");
 
 fn spawn(root: &Path, args: &[&str]) -> Child {
@@ -394,8 +396,14 @@ fn a_goblin_watch_killed_between_consume_and_report_is_finished_by_its_restart_e
             assert!(std::time::Instant::now() < deadline, "never consumed");
             std::thread::sleep(Duration::from_millis(5));
         }
-        // It cannot pass its report: give it time to reach it, then kill it there.
-        std::thread::sleep(Duration::from_millis(100));
+        // It cannot pass its report: killed there, once it is blocked writing it (the kernel's
+        // pipe write is where it sleeps).
+        let wchan = format!("/proc/{}/wchan", first.id());
+        common::wait_until(
+            "the watch blocked writing its report",
+            Duration::from_secs(30),
+            || std::fs::read_to_string(&wchan).is_ok_and(|w| w.contains("pipe_write")),
+        );
         assert!(first.try_wait().unwrap().is_none());
         let pid = Pid::from_raw(i32::try_from(first.id()).unwrap()).unwrap();
         kill_process(pid, Signal::KILL).unwrap();
