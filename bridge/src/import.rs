@@ -190,6 +190,34 @@ fn note_imported(seen: &mut HashMap<String, u64>, consumer: &str, last: u64) {
     *at = (*at).max(last);
 }
 
+/// True when `m` may have been written on a host already, and taken there: the server
+/// delivered it before (its delivery count is over 1) to an importer that did not acknowledge
+/// it, which this host cannot tell from one that wrote it and was killed before its
+/// acknowledgement reached the server (spec/bridge.md §8). If it is not here already it is
+/// written marked as delivered again: wherever its agent takes it,
+/// `Signal::redelivery()` says it may have had it. (One that importer had taken and given back
+/// unwritten, as an importer that stops gives back what it holds, comes marked too.)
+fn maybe_written_elsewhere(m: &jetstream::Message) -> bool {
+    m.info().is_ok_and(|i| i.delivered > 1)
+}
+
+/// `payload` (a signal's body as it crosses) with `bridged.redelivery` one more than it says;
+/// `None` when it is not a body with a `bridged` object (then it is written as it came).
+fn marked_again(payload: &[u8]) -> Option<Vec<u8>> {
+    let mut v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    let bridged = v.get_mut("bridged")?.as_object_mut()?;
+    let count = bridged
+        .get("redelivery")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    bridged.insert("redelivery".into(), (count + 1).into());
+    let mut out = serde_json::to_vec(&v).ok()?;
+    if payload.ends_with(b"\n") {
+        out.push(b'\n');
+    }
+    Some(out)
+}
+
 /// A message's stream sequence (0 when its reply subject does not say).
 fn seq_of(m: &jetstream::Message) -> u64 {
     m.info().map_or(0, |i| i.stream_sequence)
@@ -438,9 +466,23 @@ async fn import_run(
         return Ok(());
     }
     let mb = b.mb.clone();
-    let items: Vec<(String, _)> = run
+    // What the server gave before to another importer is written marked (when it is not here
+    // already: then nothing is written).
+    let items: Vec<(String, Vec<u8>)> = run
         .iter()
-        .map(|(m, name, _)| (name.clone(), m.payload.clone()))
+        .map(|(m, name, _)| {
+            let marked = maybe_written_elsewhere(m)
+                .then(|| marked_again(&m.payload))
+                .flatten();
+            let payload = match marked {
+                Some(marked) => {
+                    tracing::debug!(%name, seq = seq_of(m), "delivered before to an importer that did not acknowledge it: marked as delivered again if written");
+                    marked
+                }
+                None => m.payload.to_vec(),
+            };
+            (name.clone(), payload)
+        })
         .collect();
     let (done, end) = tokio::task::spawn_blocking(move || {
         let items: Vec<(&str, &[u8])> = items.iter().map(|(n, p)| (n.as_str(), &p[..])).collect();

@@ -91,6 +91,13 @@ impl Names {
         format!("sigbox.{}.all", self.mailbox)
     }
 
+    /// Where a host's bridge answers while its process lives (spec/bridge.md §5): a request
+    /// there that the server says nobody subscribes to means that bridge is not running (its
+    /// connection is gone), without waiting for its entry to go silent. In no stream.
+    pub(crate) fn alive_subject(&self, host: &str) -> String {
+        format!("sigbox.{}.alive.{host}", self.mailbox)
+    }
+
     /// Where broadcast acks are shared between hosts (in the broadcast stream).
     pub(crate) fn ack_subject(&self) -> String {
         format!("sigbox.{}.ack", self.mailbox)

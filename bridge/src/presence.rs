@@ -343,8 +343,14 @@ pub(crate) async fn arrival_over(
             let waited = a.since.elapsed();
             let why = if waited >= HANDOFF_WAIT {
                 Some(format!("no hand-off from {from} within {HANDOFF_WAIT:?}"))
+            } else if !answers(b, from).await {
+                Some(format!(
+                    "nobody answers for the bridge of {from} (its process is gone)"
+                ))
             } else if waited >= Duration::from_secs(1) && !hosts.running(from, SILENT).await {
-                Some(format!("the bridge of {from} does not run"))
+                Some(format!(
+                    "the bridge of {from} does not run (its entry says stopped, or is silent)"
+                ))
             } else {
                 None
             };
@@ -395,6 +401,25 @@ pub(crate) async fn arrival_over(
         }
     }
     true
+}
+
+/// How long a liveness request waits for its answer: a bridge that runs answers within
+/// milliseconds; one stopped (SIGSTOP) or stalled does not, and counts as running.
+const ALIVE_WAIT: Duration = Duration::from_millis(500);
+
+/// False only when the server says nobody answers on `host`'s liveness subject: that host's
+/// bridge process is gone (its connection closed with it), though its entry may not have gone
+/// silent yet (spec/bridge.md §5). A bridge that does not answer in time (stopped, stalled)
+/// counts as running, as does any other failure: the entry decides then.
+async fn answers(b: &Bridge, host: &str) -> bool {
+    let Some(client) = b.client.get() else {
+        return true;
+    };
+    let ask = client.request(b.names.alive_subject(host), Default::default());
+    match tokio::time::timeout(ALIVE_WAIT, ask).await {
+        Ok(Err(e)) => e.kind() != async_nats::RequestErrorKind::NoResponders,
+        Ok(Ok(_)) | Err(_) => true,
+    }
 }
 
 /// Hands `agent` over to the host that took it by `revision` (spec/bridge.md §5): once its

@@ -155,6 +155,11 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
         }
     };
     tracing::info!(host = %b.host, "bridge running");
+    // Answers "does this host's bridge run?" while this process lives (spec/bridge.md §5).
+    let alive = tokio::spawn(answer_alive(
+        b.client.get().cloned(),
+        b.names.alive_subject(&b.host),
+    ));
     {
         let h = hosts.clone();
         let b = b.clone();
@@ -228,6 +233,7 @@ async fn serve(b: Arc<Bridge>) -> Result<()> {
     b.stop.store(true, Ordering::Relaxed);
     // The exporter finishes the round it is in (what it published is marked exported), the
     // others stop where they are: what they had not acknowledged comes again.
+    alive.abort();
     let exporter = tasks.remove(0);
     let _ = tokio::time::timeout(Duration::from_secs(10), exporter).await;
     for t in tasks {
@@ -286,5 +292,25 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+/// Answers every request on `subject` (this host's liveness subject) with an empty reply, for
+/// as long as the bridge runs; a subscription that cannot be made is retried.
+async fn answer_alive(client: Option<async_nats::Client>, subject: String) {
+    use futures::StreamExt;
+    let Some(client) = client else { return };
+    loop {
+        match client.subscribe(subject.clone()).await {
+            Ok(mut sub) => {
+                while let Some(m) = sub.next().await {
+                    if let Some(reply) = m.reply {
+                        let _ = client.publish(reply, Default::default()).await;
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(%subject, "cannot answer liveness requests: {e}"),
+        }
+        tokio::time::sleep(RETRY).await;
     }
 }

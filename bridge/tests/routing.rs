@@ -1271,3 +1271,123 @@ async fn take_unacknowledged(
     }
     took
 }
+
+/// A bridge killed after it wrote a signal that its agent then took, before the server had its
+/// acknowledgement, with the agent moving to another host at once (spec/bridge.md §8): the
+/// server gives the signal again, to the new host, which has no trace of it. It comes marked as
+/// delivered again, and the new host does not wait for the dead bridge's hand-off (the server
+/// says nobody answers for it). The acknowledgement is lost for certain: the old host's bridge
+/// reaches the server through a proxy that forwards nothing more of what the bridge sends from
+/// the moment the signal is sent (what the server sends still comes through).
+#[test]
+fn a_signal_a_killed_bridge_wrote_and_never_acknowledged_reaches_the_agents_new_host_marked() {
+    use rustix::process::Signal as Sig;
+    let dir = common::test_dir();
+    let server = Server::start(dir.path());
+    let proxy = common::Proxy::start(server.port);
+    let mut h0 = Host::start(dir.path(), "h0", &proxy.url(), "unacked", &[]);
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "unacked", &[]);
+    let (m0, m1) = (h0.mailbox(), h1.mailbox());
+    let inputs = h0.root.join("inputs");
+    for round in 0..2 {
+        let agent = format!("Xen{round}");
+        let present = m0.presence(&agent).unwrap();
+        // Its importer waits for the agent's signals: nothing more that h0 sends is needed
+        // for the server to deliver the signal to it.
+        let importing = format!("consumer=to-{agent} ");
+        common::wait_until(
+            "h0 imports the agent's signals",
+            Duration::from_secs(30),
+            || {
+                h0.has_agent(&agent)
+                    && h0
+                        .log()
+                        .lines()
+                        .any(|l| l.contains("importing;") && l.contains(&importing))
+            },
+        );
+        let cuts = proxy.cuts();
+        // Nothing more of what h0 sends reaches the server (for 20 s, then the connection
+        // closes); what the server sends it still comes.
+        proxy.cut_after_holding(0, Duration::from_secs(20));
+        m1.send(&steer(&agent, "once")).unwrap();
+        common::wait_until("h0 imports the signal", Duration::from_secs(30), || {
+            !sigbox_names(&inputs).is_empty()
+        });
+        // Killed with its acknowledgement unsent, after its agent took the signal.
+        h0.signal(Sig::STOP);
+        let first = m0.pass(&agent, None).unwrap().delivered;
+        assert_eq!(messages(&first), ["once"]);
+        assert_eq!(first[0].redelivery(), 0);
+        drop(present);
+        h0.kill();
+        // The agent moves to h1: the server gives the signal again there, marked.
+        let _moved = m1.presence(&agent).unwrap();
+        let again = take(&m1, &agent, None, 1, Duration::from_secs(40));
+        assert_eq!(
+            messages(&again),
+            ["once"],
+            "{}",
+            common::tail(&h1.log(), 3000)
+        );
+        assert!(
+            again[0].redelivery() >= 1,
+            "given again on the agent's new host, unmarked: {:?}",
+            again[0].fields
+        );
+        common::wait_until(
+            "the proxy cut h0's connection",
+            Duration::from_secs(30),
+            || proxy.cuts() > cuts,
+        );
+        h0.restart();
+    }
+}
+
+/// The canonical names in `dir` (dot-files, stages, left out).
+fn sigbox_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An agent whose host's bridge was killed moves to another host: the new host does not wait
+/// for the dead bridge's entry to go silent (10 s) before it delivers, since the server says
+/// nobody answers for that bridge any more; what was sent to the agent reaches it there.
+#[test]
+fn an_agent_whose_old_hosts_bridge_was_killed_is_served_without_waiting_for_its_entry() {
+    let dir = common::test_dir();
+    let server = Server::start(dir.path());
+    let mut h0 = Host::start(dir.path(), "h0", &server.url(), "gone", &[]);
+    let h1 = Host::start(dir.path(), "h1", &server.url(), "gone", &[]);
+    let (m0, m1) = (h0.mailbox(), h1.mailbox());
+    {
+        let _present = m0.presence("Yan").unwrap();
+        common::wait_until("h0 takes the agent", Duration::from_secs(30), || {
+            h0.has_agent("Yan")
+        });
+        h0.kill();
+    }
+    // Sent on h1 while Yan is h0's: it goes to the stream, for Yan's host.
+    m1.send(&steer("Yan", "after the kill")).unwrap();
+    let inputs = h1.root.join("inputs");
+    common::wait_until("h1 exports the signal", Duration::from_secs(30), || {
+        sigbox_names(&inputs).is_empty()
+    });
+    let _moved = m1.presence("Yan").unwrap();
+    let got = take(&m1, "Yan", None, 1, Duration::from_secs(30));
+    assert_eq!(messages(&got), ["after the kill"]);
+    assert_eq!(got[0].redelivery(), 0);
+    let log = h1.log();
+    assert!(
+        log.contains("nobody answers for the bridge of h0"),
+        "the hand-off was waited for by another rule: {}",
+        common::tail(&log, 3000)
+    );
+    assert!(!log.contains("the bridge of h0 does not run (its entry"));
+}

@@ -301,6 +301,12 @@ impl Host {
         }
     }
 
+    /// Sends `sig` to the bridge (SIGSTOP and SIGCONT: a frozen bridge).
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        let c = self.child.as_ref().expect("the bridge runs");
+        rustix::process::kill_process(rustix::process::Pid::from_child(c), sig).unwrap();
+    }
+
     /// SIGTERM, and waits for the bridge to end; its exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut c = self.child.take()?;
@@ -351,6 +357,9 @@ pub struct Proxy {
     /// The bytes a connection carries before it is cut (`u64::MAX`: never).
     armed: std::sync::Arc<std::sync::atomic::AtomicU64>,
     cuts: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// How long a cut connection is kept open, forwarding what its server sends, before both
+    /// sides are closed (ms).
+    hold_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Proxy {
@@ -362,7 +371,8 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let armed = Arc::new(AtomicU64::new(u64::MAX));
         let cuts = Arc::new(AtomicU64::new(0));
-        let (armed2, cuts2) = (armed.clone(), cuts.clone());
+        let hold_ms = Arc::new(AtomicU64::new(1500));
+        let (armed2, cuts2, hold2) = (armed.clone(), cuts.clone(), hold_ms.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -377,7 +387,7 @@ impl Proxy {
                 });
                 // Client to server, until the connection has carried what the proxy is armed
                 // with.
-                let (armed, cuts) = (armed2.clone(), cuts2.clone());
+                let (armed, cuts, hold) = (armed2.clone(), cuts2.clone(), hold2.clone());
                 std::thread::spawn(move || {
                     use std::io::{Read, Write};
                     let mut buf = vec![0u8; 16 * 1024];
@@ -400,7 +410,7 @@ impl Proxy {
                         {
                             // Cut: nothing more goes through; what the client sends piles up,
                             // then is dropped with the connection.
-                            std::thread::sleep(Duration::from_millis(1500));
+                            std::thread::sleep(Duration::from_millis(hold.load(Ordering::SeqCst)));
                             cuts.fetch_add(1, Ordering::SeqCst);
                             break;
                         }
@@ -413,7 +423,12 @@ impl Proxy {
                 });
             }
         });
-        Proxy { port, armed, cuts }
+        Proxy {
+            port,
+            armed,
+            cuts,
+            hold_ms,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -423,6 +438,16 @@ impl Proxy {
     /// Cuts the first connection that has carried more than `bytes` from its client.
     pub fn cut_after(&self, bytes: u64) {
         self.armed.store(bytes, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// [`Proxy::cut_after`], the cut connection kept open for `hold` (1.5 s unless said)
+    /// with what its server sends still forwarded.
+    pub fn cut_after_holding(&self, bytes: u64, hold: Duration) {
+        self.hold_ms.store(
+            u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        self.cut_after(bytes);
     }
 
     /// How many connections it cut.
