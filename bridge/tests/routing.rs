@@ -1289,8 +1289,14 @@ fn a_signal_a_killed_bridge_wrote_and_never_acknowledged_reaches_the_agents_new_
     let h1 = Host::start(dir.path(), "h1", &server.url(), "unacked", &[]);
     let (m0, m1) = (h0.mailbox(), h1.mailbox());
     let inputs = h0.root.join("inputs");
-    for round in 0..2 {
-        let agent = format!("Xen{round}");
+    let (mut caught, mut rounds) = (0, 0);
+    while caught < 2 {
+        rounds += 1;
+        assert!(
+            rounds <= 8,
+            "in {rounds} rounds the signal reached h0 only once its cut connection had closed"
+        );
+        let agent = format!("Xen{rounds}");
         let present = m0.presence(&agent).unwrap();
         // Its importer waits for the agent's signals: nothing more that h0 sends is needed
         // for the server to deliver the signal to it.
@@ -1311,30 +1317,37 @@ fn a_signal_a_killed_bridge_wrote_and_never_acknowledged_reaches_the_agents_new_
         // closes); what the server sends it still comes.
         proxy.cut_after_holding(0, Duration::from_secs(20));
         m1.send(&steer(&agent, "once")).unwrap();
-        common::wait_until("h0 imports the signal", Duration::from_secs(30), || {
+        common::wait_until("h0 imports the signal", Duration::from_secs(40), || {
             !sigbox_names(&inputs).is_empty()
         });
         // Killed with its acknowledgement unsent, after its agent took the signal.
         h0.signal(Sig::STOP);
+        // Came on the connection being cut (still open): its acknowledgement never went out.
+        // Came only after that connection closed (its pull request had not reached the server
+        // before the cut, on a loaded machine): it went out on the next one; another round.
+        let on_the_cut = proxy.cuts() == cuts;
         let first = m0.pass(&agent, None).unwrap().delivered;
         assert_eq!(messages(&first), ["once"]);
         assert_eq!(first[0].redelivery(), 0);
         drop(present);
         h0.kill();
-        // The agent moves to h1: the server gives the signal again there, marked.
-        let _moved = m1.presence(&agent).unwrap();
-        let again = take(&m1, &agent, None, 1, Duration::from_secs(40));
-        assert_eq!(
-            messages(&again),
-            ["once"],
-            "{}",
-            common::tail(&h1.log(), 3000)
-        );
-        assert!(
-            again[0].redelivery() >= 1,
-            "given again on the agent's new host, unmarked: {:?}",
-            again[0].fields
-        );
+        if on_the_cut {
+            // The agent moves to h1: the server gives the signal again there, marked.
+            let _moved = m1.presence(&agent).unwrap();
+            let again = take(&m1, &agent, None, 1, Duration::from_secs(40));
+            assert_eq!(
+                messages(&again),
+                ["once"],
+                "{}",
+                common::tail(&h1.log(), 3000)
+            );
+            assert!(
+                again[0].redelivery() >= 1,
+                "given again on the agent's new host, unmarked: {:?}",
+                again[0].fields
+            );
+            caught += 1;
+        }
         common::wait_until(
             "the proxy cut h0's connection",
             Duration::from_secs(30),
